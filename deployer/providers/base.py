@@ -1,0 +1,31 @@
+"""The provider interface: all that orchestration knows about a cloud.
+
+A provider checks that the environment can host the spec (preflight), names its
+Terraform module and the variables for it, and cleans up what Terraform cannot see.
+Everything after Terraform reads only the `cluster` output, so it never asks which
+cloud it is talking to.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..spec import ClusterSpec
+    from ..state import ClusterState
+
+
+class Provider(Protocol):
+    name: str
+
+    def preflight(self, spec: "ClusterSpec", state: "ClusterState") -> None:
+        """Raise PreflightError (exit 2) when the spec cannot be hosted; create nothing."""
+
+    def tfvars(self, spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
+        """Variables for terraform/<name>; every required variable of the module."""
+
+    def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> None:
+        """Slow one-time work before Terraform (e.g. building the local base image)."""
+
+    def leftovers(self, spec: "ClusterSpec", state: "ClusterState") -> list[str]:
+        """What of this cluster still exists after `down` (empty when clean)."""

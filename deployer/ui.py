@@ -1,0 +1,52 @@
+"""Console output: rich on stderr, data (--json) alone on stdout.
+
+Progress spinners only on a TTY, so CI logs and pipes stay plain text.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from rich.console import Console
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def info(msg: str) -> None:
+    err.print(msg)
+
+
+def step(msg: str) -> None:
+    err.print(f"[bold cyan]==>[/] {msg}")
+
+
+def ok(msg: str) -> None:
+    err.print(f"[green]✓[/] {msg}")
+
+
+def warn(msg: str) -> None:
+    err.print(f"[yellow]warning:[/] {msg}")
+
+
+def error(msg: str) -> None:
+    err.print(f"[red]error:[/] {msg}", markup=True)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+@contextmanager
+def status(msg: str) -> Iterator[None]:
+    """A spinner on a TTY; a plain line otherwise."""
+    if err.is_terminal:
+        with err.status(msg):
+            yield
+    else:
+        step(msg)
+        yield

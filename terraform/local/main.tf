@@ -1,0 +1,64 @@
+# Local provider: every node is an LXC system container on a private bridge.
+# Terraform holds the record of what exists; the deployer's LXC node driver does the
+# work in local-exec provisioners. Destroy-time provisioners may only read `self`, so
+# everything the driver needs is kept in each resource's `input`.
+
+module "design" {
+  source        = "../modules/design"
+  cluster_name  = var.cluster_name
+  node_count    = var.node_count
+  gpus_per_node = 0 # no GPUs in containers here
+}
+
+locals {
+  prefix_len = tonumber(split("/", var.subnet)[1])
+  gateway    = cidrhost(var.subnet, 1)
+  driver     = join(" ", [for a in var.driver : format("'%s'", a)])
+}
+
+resource "terraform_data" "network" {
+  input = {
+    driver  = local.driver
+    cluster = var.cluster_name
+    bridge  = var.bridge
+    subnet  = var.subnet
+    gateway = "${local.gateway}/${local.prefix_len}"
+  }
+
+  provisioner "local-exec" {
+    command = "${self.input.driver} network-up --cluster ${self.input.cluster} --bridge ${self.input.bridge} --subnet ${self.input.subnet} --gateway ${self.input.gateway}"
+  }
+
+  provisioner "local-exec" {
+    when    = destroy
+    command = "${self.input.driver} network-down --cluster ${self.input.cluster} --bridge ${self.input.bridge}"
+  }
+}
+
+resource "terraform_data" "node" {
+  for_each = module.design.nodes
+
+  input = {
+    driver     = local.driver
+    name       = each.key
+    role       = each.value.role
+    index      = each.value.index
+    ip         = cidrhost(var.subnet, 10 + each.value.index)
+    prefix_len = local.prefix_len
+    gateway    = local.gateway
+    bridge     = terraform_data.network.input.bridge
+    ssh_user   = var.ssh_user
+    shared     = "${var.shared_host_dir}:${var.shared_dir}"
+    memory_mb  = var.memory_mb
+    state_dir  = var.state_dir
+  }
+
+  provisioner "local-exec" {
+    command = "${self.input.driver} node-up --name ${self.input.name} --ip ${self.input.ip}/${self.input.prefix_len} --gateway ${self.input.gateway} --bridge ${self.input.bridge} --user ${self.input.ssh_user} --shared ${self.input.shared} --memory-mb ${self.input.memory_mb} --state-dir '${self.input.state_dir}'"
+  }
+
+  provisioner "local-exec" {
+    when    = destroy
+    command = "${self.input.driver} node-down --name ${self.input.name} --state-dir '${self.input.state_dir}'"
+  }
+}

@@ -1,0 +1,20 @@
+output "cluster" {
+  description = "The provider-blind cluster description (see shared/DESIGN.md, 'The cluster output contract')."
+  value = {
+    name       = var.cluster_name
+    provider   = "local"
+    ssh_user   = var.ssh_user
+    shared_dir = var.shared_dir
+    # The host sits on the cluster bridge, so it reaches every node directly.
+    access = "direct"
+    nodes = [
+      for name in module.design.names : {
+        name       = name
+        role       = terraform_data.node[name].input.role
+        private_ip = terraform_data.node[name].input.ip
+        public_ip  = terraform_data.node[name].input.role == "master" ? terraform_data.node[name].input.ip : null
+        gpus       = module.design.nodes[name].gpus
+      }
+    ]
+  }
+}

@@ -1,0 +1,60 @@
+variable "cluster_name" {
+  type        = string
+  description = "Cluster name; prefixes node, bridge and firewall-table names."
+}
+
+variable "node_count" {
+  type        = number
+  description = "Number of nodes, the master included."
+}
+
+variable "subnet" {
+  type        = string
+  description = "Private IPv4 subnet of the cluster bridge, e.g. 10.77.0.0/24. The host takes .1, nodes .10 upwards."
+  validation {
+    condition     = can(cidrhost(var.subnet, 0)) && can(regex("^[0-9.]+/[0-9]+$", var.subnet))
+    error_message = "subnet must be an IPv4 CIDR such as 10.77.0.0/24."
+  }
+}
+
+variable "bridge" {
+  type        = string
+  description = "Linux bridge name for the cluster network (at most 15 characters)."
+  validation {
+    condition     = length(var.bridge) <= 15 && can(regex("^[a-z0-9-]+$", var.bridge))
+    error_message = "bridge must be at most 15 characters of [a-z0-9-]."
+  }
+}
+
+variable "ssh_user" {
+  type        = string
+  description = "Non-root cluster user created in every node, with passwordless sudo as on a cloud image."
+  default     = "deployer"
+}
+
+variable "shared_dir" {
+  type        = string
+  description = "Path of the shared directory inside every node (where NFS mounts it on the cloud)."
+  default     = "/shared"
+}
+
+variable "shared_host_dir" {
+  type        = string
+  description = "Host directory bind-mounted at shared_dir on every node."
+}
+
+variable "state_dir" {
+  type        = string
+  description = "The cluster's deployer state directory (SSH keys, known_hosts)."
+}
+
+variable "memory_mb" {
+  type        = number
+  description = "Memory limit of each node container, in MiB."
+  default     = 2048
+}
+
+variable "driver" {
+  type        = list(string)
+  description = "Command that runs the deployer's LXC node driver (python -m deployer.providers.lxc)."
+}
