@@ -146,6 +146,12 @@ def _format_error(err: ValidationError, source: str) -> str:
         msg = f"unknown provider {first['input']!r}; use one of: {', '.join(PROVIDERS)}"
     elif first["type"] == "string_pattern_mismatch" and loc == "name":
         msg = "use 1-20 lowercase letters, digits or '-', starting with a letter (e.g. demo)"
+    if first["type"] in ("greater_than_equal", "less_than_equal"):
+        bound = first["ctx"].get("ge", first["ctx"].get("le"))
+        msg = f"must be {'at least' if first['type'].startswith('greater') else 'at most'} {bound}, not {first['input']}"
+    if source == "flags" and len(first["loc"]) == 1:
+        loc = "--" + loc.replace("_", "-")
+        source = "deployer up"
     extra = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
     return f"{source}: {loc}: {msg}{extra}"
 

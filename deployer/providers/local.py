@@ -1,0 +1,128 @@
+"""Local provider: LXC system containers on this machine (the embedded default).
+
+What cannot run in a container here, and so never runs locally: kernel NFS (the
+shared dir is a host bind mount instead), NVIDIA drivers and GPUs, and the Grafana
+server (no package source for it). Their roles run on OpenStack.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import PreflightError
+
+if TYPE_CHECKING:
+    from ..spec import ClusterSpec
+    from ..state import ClusterState
+
+# Tools the driver calls, and the Debian package that ships each.
+REQUIRED_TOOLS = {
+    "lxc-start": "lxc",
+    "debootstrap": "debootstrap",
+    "nft": "nftables",
+    "ip": "iproute2",
+    "ssh": "openssh-client",
+    "ssh-keygen": "openssh-client",
+}
+HOST_RESERVE_MB = 1024  # left to the host, Terraform and Ansible
+
+
+def bridge_name(cluster: str) -> str:
+    """A Linux interface name (<= 15 chars), readable when the cluster name allows."""
+    if len(cluster) <= 11:
+        return f"dpl-{cluster}"
+    return f"dpl-{cluster[:6]}{hashlib.sha1(cluster.encode()).hexdigest()[:5]}"
+
+
+def _mem_available_mb() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) // 1024
+    return 0
+
+
+def _host_routes() -> list[tuple[ipaddress.IPv4Network, str]]:
+    out = subprocess.run(["ip", "-j", "-4", "route", "show", "table", "all"], text=True, capture_output=True).stdout
+    routes = []
+    for r in json.loads(out or "[]"):
+        dst = r.get("dst", "")
+        if not dst or dst == "default" or r.get("type") in ("local", "broadcast"):
+            continue
+        try:
+            routes.append((ipaddress.IPv4Network(dst, strict=False), r.get("dev", "?")))
+        except ValueError:
+            continue
+    return routes
+
+
+class LocalProvider:
+    name = "local"
+
+    def preflight(self, spec: "ClusterSpec", state: "ClusterState") -> None:
+        if os.geteuid() != 0:
+            raise PreflightError("the local provider creates containers and bridges: run as root (e.g. sudo deployer up ...)")
+        for tool, package in REQUIRED_TOOLS.items():
+            if shutil.which(tool) is None:
+                raise PreflightError(f"{tool} not found: install it with `apt-get install {package}` (or run `make deps`)")
+        existing = state.cluster()
+        running = len(existing["nodes"]) if existing else 0
+        need = (spec.nodes - running) * spec.local.memory_mb
+        have = _mem_available_mb() - HOST_RESERVE_MB
+        if need > have:
+            fit = running + max(0, have // spec.local.memory_mb)
+            raise PreflightError(
+                f"{spec.nodes} nodes x {spec.local.memory_mb} MiB do not fit in {have + HOST_RESERVE_MB} MiB available: "
+                f"use --nodes {fit} or less, or lower local.memory_mb"
+            )
+        subnet = spec.local.subnet
+        own = bridge_name(spec.name)
+        for net, dev in _host_routes():
+            if dev != own and net.overlaps(subnet):
+                raise PreflightError(
+                    f"local.subnet {subnet} collides with the host route {net} on {dev}: pick another, e.g. local.subnet: 10.78.0.0/24"
+                )
+
+    def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> None:
+        from . import lxc
+
+        if not (lxc.base_rootfs() / ".deployer-image-ok").exists():
+            from .. import ui
+
+            with ui.status(f"building the Debian {lxc.SUITE} base image with debootstrap (once, about a minute)"):
+                lxc.ensure_base_image()
+        state.shared_host_dir.mkdir(parents=True, exist_ok=True)
+
+    def tfvars(self, spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
+        return {
+            "cluster_name": spec.name,
+            "node_count": spec.nodes,
+            "subnet": str(spec.local.subnet),
+            "bridge": bridge_name(spec.name),
+            "ssh_user": spec.ssh_user,
+            "shared_dir": spec.shared_dir,
+            "shared_host_dir": str(state.shared_host_dir),
+            "state_dir": str(state.dir),
+            "memory_mb": spec.local.memory_mb,
+            # The driver runs with this interpreter and this package, wherever it is installed.
+            "driver": [sys.executable, "-m", "deployer.providers.lxc"],
+        }
+
+    def leftovers(self, spec: "ClusterSpec", state: "ClusterState") -> list[str]:
+        from . import lxc
+
+        left = []
+        names = subprocess.run(["lxc-ls", "-1"], text=True, capture_output=True).stdout.split()
+        left += [f"container {n}" for n in names if n == f"{spec.name}-master" or n.startswith(f"{spec.name}-worker-")]
+        if subprocess.run(["ip", "link", "show", bridge_name(spec.name)], capture_output=True).returncode == 0:
+            left.append(f"bridge {bridge_name(spec.name)}")
+        if subprocess.run(["nft", "list", "table", "ip", lxc.nft_table(spec.name)], capture_output=True).returncode == 0:
+            left.append(f"nftables table ip {lxc.nft_table(spec.name)}")
+        return left

@@ -1,0 +1,374 @@
+"""The LXC node driver: what Terraform's local-exec provisioners call.
+
+    python -m deployer.providers.lxc network-up  --cluster C --bridge B --subnet S --gateway G/P
+    python -m deployer.providers.lxc network-down --cluster C --bridge B
+    python -m deployer.providers.lxc node-up --name N --ip IP/P --gateway G --bridge B --user U \
+        --shared HOST:GUEST --memory-mb M --state-dir D
+    python -m deployer.providers.lxc node-down --name N --state-dir D
+    python -m deployer.providers.lxc base-image
+
+Each node is a Debian system container (its own systemd, sshd, hostname, static IP)
+cloned from a base image built once with debootstrap. Every command is idempotent:
+Terraform may re-run a create after an interruption, and `down` may run twice.
+Kept free of third-party imports so Terraform can call it cheaply, many at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import ipaddress
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+IMAGE_ROOT = Path(os.environ.get("DEPLOYER_IMAGE_DIR", "/var/lib/deployer/images"))
+LXC_PATH = Path("/var/lib/lxc")
+SUITE = "bookworm"
+MIRROR = os.environ.get("DEPLOYER_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+# What a cloud image has and Ansible needs: systemd, sshd, sudo, python3 (+apt bindings).
+BASE_PACKAGES = [
+    "systemd", "systemd-sysv", "dbus", "openssh-server", "sudo", "python3", "python3-apt",
+    "iproute2", "iputils-ping", "ca-certificates", "procps", "less", "netbase",
+]
+SSH_TIMEOUT_S = 60
+
+
+def log(msg: str) -> None:
+    print(f"[lxc] {msg}", file=sys.stderr, flush=True)
+
+
+def sh(*args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(args), text=True, capture_output=True)
+    if check and proc.returncode != 0:
+        raise SystemExit(f"[lxc] {shlex.join(args)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+    if not quiet and proc.stderr.strip() and proc.returncode != 0:
+        log(proc.stderr.strip())
+    return proc
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # waits: parallel node-ups share one image build
+        yield
+
+
+# -- base image -------------------------------------------------------------------
+def base_rootfs() -> Path:
+    return IMAGE_ROOT / SUITE / "rootfs"
+
+
+def ensure_base_image() -> Path:
+    """Build the Debian base rootfs once (about a minute), then reuse it for every node."""
+    rootfs = base_rootfs()
+    with file_lock(IMAGE_ROOT / f"{SUITE}.lock"):
+        if (rootfs / ".deployer-image-ok").exists():
+            return rootfs
+        staging = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=IMAGE_ROOT))
+        try:
+            log(f"building the {SUITE} base image with debootstrap (once; cached in {IMAGE_ROOT})")
+            proc = subprocess.run(
+                ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(staging / "rootfs"), MIRROR],
+                text=True, capture_output=True,
+            )
+            if proc.returncode != 0:
+                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+                raise SystemExit(f"[lxc] debootstrap failed:\n{tail}")
+            _finish_image(staging / "rootfs")
+            if rootfs.exists():
+                shutil.rmtree(rootfs.parent)
+            rootfs.parent.mkdir(parents=True, exist_ok=True)
+            (staging / "rootfs").rename(rootfs)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return rootfs
+
+
+def _finish_image(rootfs: Path) -> None:
+    # Host keys are made per node at clone time, so every node has its own.
+    for key in (rootfs / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    (rootfs / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
+    (rootfs / "etc/ssh/sshd_config.d/10-deployer.conf").write_text(
+        "# Keys only, as on a cloud image.\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUseDNS no\n"
+    )
+    # Containers cannot set the clock or load modules; silence the units that try.
+    for unit in ("systemd-timesyncd.service", "systemd-modules-load.service"):
+        link = rootfs / "etc/systemd/system" / unit
+        link.unlink(missing_ok=True)
+        link.symlink_to("/dev/null")
+    subprocess.run(["chroot", str(rootfs), "apt-get", "clean"], check=False)
+    (rootfs / ".deployer-image-ok").write_text(json.dumps({"suite": SUITE, "built": time.time()}))
+
+
+# -- what the nodes take over from the host ------------------------------------------
+def _host_pip_config() -> dict[str, str]:
+    """`pip config list` of the host, as key -> value (env-derived keys included)."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], text=True, capture_output=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    conf: dict[str, str] = {}
+    for line in out.splitlines():
+        if "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        key = key.removeprefix(":env:")
+        if key.startswith("."):
+            key = "global" + key
+        value = value.strip().strip("'\"")
+        section, _, option = key.partition(".")
+        if section == "global" and option != "constraint":  # constraint re-added below when the file exists
+            conf[option] = value
+        elif option == "constraint":
+            conf["constraint"] = value
+    return conf
+
+
+def host_carry() -> tuple[str, list[Path]]:
+    """The pip.conf text for the nodes and the host folders it needs (bind-mounted read-only)."""
+    conf = _host_pip_config()
+    paths: set[Path] = set()
+    for option in ("find-links", "extra-index-url", "index-url", "constraint", "cert"):
+        for item in conf.get(option, "").split():
+            p = Path(item.removeprefix("file://"))
+            if item.startswith(("/", "file://")) and p.exists():
+                paths.add(p if p.is_dir() else p.parent)
+    text = "# Carried over from the host by deployer, so nodes reach the same package sources.\n[global]\n"
+    text += "".join(f"{k} = {v}\n" for k, v in sorted(conf.items()))
+    # The CA bundle is copied into the node at the same path, not mounted.
+    ca = Path("/etc/ssl/certs")
+    return text, sorted(p for p in paths if p != ca and not str(p).startswith("/etc/ssl"))
+
+
+def _carry_apt(rootfs: Path) -> None:
+    """Debian package sources of the host (third-party repositories are not for the nodes)."""
+    dst = rootfs / "etc/apt"
+    src = Path("/etc/apt")
+    lists = [src / "sources.list", *sorted((src / "sources.list.d").glob("*"))]
+    debian = [p for p in lists if p.is_file() and "debian" in p.read_text() and "nodesource" not in p.name]
+    if debian:
+        (dst / "sources.list").write_text("")
+        for p in debian:
+            target = dst / ("sources.list" if p.name == "sources.list" else f"sources.list.d/{p.name}")
+            shutil.copy2(p, target)
+    for conf in (src / "apt.conf.d").glob("*proxy*"):
+        shutil.copy2(conf, dst / "apt.conf.d" / conf.name)
+
+
+def _carry_ca(rootfs: Path) -> None:
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    if bundle.exists():
+        shutil.copy2(bundle, rootfs / "etc/ssl/certs/ca-certificates.crt")
+    extra = Path("/usr/local/share/ca-certificates")
+    if extra.is_dir():
+        shutil.copytree(extra, rootfs / "usr/local/share/ca-certificates", dirs_exist_ok=True)
+
+
+# -- network ------------------------------------------------------------------------
+def nft_table(cluster: str) -> str:
+    return "deployer_" + cluster.replace("-", "_")
+
+
+def network_up(cluster: str, bridge: str, subnet: str, gateway: str) -> None:
+    if sh("ip", "link", "show", bridge, check=False, quiet=True).returncode != 0:
+        sh("ip", "link", "add", bridge, "type", "bridge")
+    have = sh("ip", "-4", "-o", "addr", "show", "dev", bridge, quiet=True).stdout
+    if gateway.split("/")[0] + "/" not in have:
+        sh("ip", "addr", "add", gateway, "dev", bridge)
+    sh("ip", "link", "set", bridge, "up")
+    Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+    table = nft_table(cluster)
+    # Recreated whole on every run, so a re-run converges and never duplicates rules.
+    rules = f"""
+table ip {table} {{
+  chain postrouting {{
+    type nat hook postrouting priority srcnat; policy accept;
+    ip saddr {subnet} ip daddr != {subnet} masquerade
+  }}
+  chain forward {{
+    type filter hook forward priority filter; policy accept;
+    iifname "{bridge}" accept
+    oifname "{bridge}" ct state established,related accept
+  }}
+}}
+"""
+    sh("nft", "delete", "table", "ip", table, check=False, quiet=True)
+    proc = subprocess.run(["nft", "-f", "-"], input=rules, text=True, capture_output=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"[lxc] nft failed: {proc.stderr.strip()}")
+    log(f"network {bridge} {gateway} with NAT table {table}")
+
+
+def network_down(cluster: str, bridge: str) -> None:
+    sh("nft", "delete", "table", "ip", nft_table(cluster), check=False, quiet=True)
+    sh("ip", "link", "del", bridge, check=False, quiet=True)
+    log(f"network {bridge} removed")
+
+
+# -- nodes --------------------------------------------------------------------------
+def _state(name: str) -> str:
+    proc = sh("lxc-info", "-n", name, "-s", "-H", check=False, quiet=True)
+    return proc.stdout.strip() if proc.returncode == 0 else "ABSENT"
+
+
+def _memory_key() -> str:
+    return "lxc.cgroup2.memory.max" if Path("/sys/fs/cgroup/cgroup.controllers").exists() else "lxc.cgroup.memory.limit_in_bytes"
+
+
+def _write_config(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, mounts: list[Path]) -> None:
+    host_shared, guest_shared = shared.split(":", 1)
+    lines = [
+        "# Written by deployer (providers/lxc.py). A Debian system container with its own systemd.",
+        "lxc.include = /usr/share/lxc/config/common.conf",
+        "lxc.arch = linux64",
+        f"lxc.rootfs.path = dir:{LXC_PATH / name / 'rootfs'}",
+        f"lxc.uts.name = {name}",
+        "lxc.net.0.type = veth",
+        f"lxc.net.0.link = {bridge}",
+        "lxc.net.0.flags = up",
+        "lxc.net.0.name = eth0",
+        f"lxc.net.0.ipv4.address = {ip}",
+        f"lxc.net.0.ipv4.gateway = {gateway}",
+        f"{_memory_key()} = {memory_mb}M",
+        # The shared dir: a host bind mount where NFS mounts it on the cloud.
+        f"lxc.mount.entry = {host_shared} {guest_shared.lstrip('/')} none bind,create=dir 0 0",
+    ]
+    if not Path("/sys/kernel/security/apparmor").exists():
+        lines.append("lxc.apparmor.profile = unconfined")  # no AppArmor on this host to confine with
+    for m in mounts:  # the host's local package folders, read-only
+        lines.append(f"lxc.mount.entry = {m} {str(m).lstrip('/')} none bind,ro,create=dir 0 0")
+    (LXC_PATH / name / "config").write_text("\n".join(lines) + "\n")
+
+
+def _customise(rootfs: Path, name: str, user: str, pubkey: str, pip_conf: str) -> None:
+    """Hostname, package sources, cluster user with sudo and its key, a fresh host key."""
+    (rootfs / "etc/hostname").write_text(name + "\n")
+    hosts = rootfs / "etc/hosts"
+    hosts.write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n::1 localhost ip6-localhost ip6-loopback\n")
+    shutil.copy2("/etc/resolv.conf", rootfs / "etc/resolv.conf")
+    _carry_apt(rootfs)
+    _carry_ca(rootfs)
+    (rootfs / "etc/pip.conf").write_text(pip_conf)
+    if sh("chroot", str(rootfs), "id", "-u", user, check=False, quiet=True).returncode != 0:
+        sh("chroot", str(rootfs), "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", user)
+    (rootfs / f"etc/sudoers.d/90-{user}").write_text(f"# as cloud-init does on a cloud image\n{user} ALL=(ALL) NOPASSWD:ALL\n")
+    (rootfs / f"etc/sudoers.d/90-{user}").chmod(0o440)
+    home = rootfs / "home" / user
+    ssh_dir = home / ".ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(pubkey)
+    (ssh_dir / "authorized_keys").chmod(0o600)
+    uid_gid = sh("chroot", str(rootfs), "id", "-u", user).stdout.strip(), sh("chroot", str(rootfs), "id", "-g", user).stdout.strip()
+    for p in (ssh_dir, ssh_dir / "authorized_keys"):
+        os.chown(p, int(uid_gid[0]), int(uid_gid[1]))
+    key = rootfs / "etc/ssh/ssh_host_ed25519_key"
+    if not key.exists():
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key))
+
+
+def _pin_host_key(known_hosts: Path, name: str, ip: str, hostkey: str) -> None:
+    with file_lock(known_hosts.with_suffix(".lock")):
+        lines = [l for l in (known_hosts.read_text().splitlines() if known_hosts.exists() else []) if l.split(" ", 1)[0].split(",")[0] not in (name, ip)]
+        lines.append(f"{name},{ip} {hostkey}")
+        known_hosts.write_text("\n".join(lines) + "\n")
+        known_hosts.chmod(0o600)
+
+
+def _wait_for_ssh(ip: str, name: str) -> None:
+    deadline = time.monotonic() + SSH_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((ip, 22), timeout=1) as s:
+                if s.recv(4).startswith(b"SSH"):
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"[lxc] {name}: sshd did not answer on {ip}:22 within {SSH_TIMEOUT_S}s; see `lxc-info -n {name}`")
+
+
+def node_up(name: str, ip: str, gateway: str, bridge: str, user: str, shared: str, memory_mb: int, state_dir: Path) -> None:
+    address = ipaddress.IPv4Interface(ip)
+    pubkey = (state_dir / "ssh/id_ed25519.pub").read_text()
+    Path(shared.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
+    current = _state(name)
+    rootfs = LXC_PATH / name / "rootfs"
+    if current == "ABSENT":
+        base = ensure_base_image()
+        (LXC_PATH / name).mkdir(parents=True, exist_ok=True)
+        tmp = LXC_PATH / name / "rootfs.partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        sh("cp", "-a", "--reflink=auto", str(base), str(tmp))
+        tmp.rename(rootfs)
+    if _state(name) != "RUNNING":
+        # A running node was set up by an earlier run (and maybe by Ansible since): leave it be.
+        pip_conf, mounts = host_carry()
+        _write_config(name, str(address), gateway, bridge, shared, memory_mb, mounts)
+        _customise(rootfs, name, user, pubkey, pip_conf)
+        sh("lxc-start", "-n", name, "-d", "-l", "WARN", "-o", str(LXC_PATH / name / "lxc.log"))
+    hostkey = " ".join(Path(f"{rootfs}/etc/ssh/ssh_host_ed25519_key.pub").read_text().split()[:2])
+    _pin_host_key(state_dir / "ssh/known_hosts", name, str(address.ip), hostkey)
+    _wait_for_ssh(str(address.ip), name)
+    log(f"{name} up at {address.ip}")
+
+
+def node_down(name: str, state_dir: Path) -> None:
+    if _state(name) != "ABSENT":
+        sh("lxc-stop", "-n", name, "-k", check=False, quiet=True)
+        sh("lxc-destroy", "-n", name, check=False, quiet=True)
+    if (LXC_PATH / name).exists():
+        shutil.rmtree(LXC_PATH / name)
+    known = state_dir / "ssh/known_hosts"
+    if known.exists():
+        with file_lock(known.with_suffix(".lock")):
+            keep = [l for l in known.read_text().splitlines() if l.split(",", 1)[0] != name]
+            known.write_text("\n".join(keep) + ("\n" if keep else ""))
+    log(f"{name} removed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m deployer.providers.lxc", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    nu = sub.add_parser("network-up")
+    nd = sub.add_parser("network-down")
+    for sp in (nu, nd):
+        sp.add_argument("--cluster", required=True)
+        sp.add_argument("--bridge", required=True)
+    nu.add_argument("--subnet", required=True)
+    nu.add_argument("--gateway", required=True)
+    up = sub.add_parser("node-up")
+    for flag in ("--name", "--ip", "--gateway", "--bridge", "--user", "--shared"):
+        up.add_argument(flag, required=True)
+    up.add_argument("--memory-mb", type=int, required=True)
+    up.add_argument("--state-dir", type=Path, required=True)
+    down = sub.add_parser("node-down")
+    down.add_argument("--name", required=True)
+    down.add_argument("--state-dir", type=Path, required=True)
+    sub.add_parser("base-image")
+    a = p.parse_args(argv)
+    if a.cmd == "network-up":
+        network_up(a.cluster, a.bridge, a.subnet, a.gateway)
+    elif a.cmd == "network-down":
+        network_down(a.cluster, a.bridge)
+    elif a.cmd == "node-up":
+        node_up(a.name, a.ip, a.gateway, a.bridge, a.user, a.shared, a.memory_mb, a.state_dir)
+    elif a.cmd == "node-down":
+        node_down(a.name, a.state_dir)
+    elif a.cmd == "base-image":
+        print(ensure_base_image())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The per-cluster state directory: every verb reads and writes only this.
+
+.deployer/<cluster>/
+  spec.json          the resolved spec (versioned record)
+  cluster.json       the last Terraform `cluster` output (a cache of the source of truth,
+                     refreshed by every apply/destroy, so `status` needs no Terraform run)
+  terraform/         Terraform working dir and state; modules/ beside it
+  inventory/         Ansible inventory + MPI hostfile rendered from cluster.json
+  ssh/               cluster key pair and known_hosts (0600)
+  secrets/           generated secrets (0700 dir, 0600 files)
+  runs/<time>-<verb>/ full logs of each run
+  bench/<run-id>/    benchmark results
+  lock               flock: one changing verb per cluster at a time
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import LockedError, UsageError
+
+RECORD_VERSION = 1
+DEFAULT_STATE_ROOT = Path(".deployer")
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    root: Path  # the state root (.deployer)
+    name: str
+
+    @property
+    def dir(self) -> Path:
+        return (self.root / self.name).absolute()
+
+    # -- paths -------------------------------------------------------------
+    @property
+    def spec_file(self) -> Path:
+        return self.dir / "spec.json"
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.dir / "cluster.json"
+
+    @property
+    def terraform_dir(self) -> Path:
+        return self.dir / "terraform"
+
+    @property
+    def inventory_dir(self) -> Path:
+        return self.dir / "inventory"
+
+    @property
+    def ssh_dir(self) -> Path:
+        return self.dir / "ssh"
+
+    @property
+    def ssh_private_key(self) -> Path:
+        return self.ssh_dir / "id_ed25519"
+
+    @property
+    def ssh_public_key(self) -> Path:
+        return self.ssh_dir / "id_ed25519.pub"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.ssh_dir / "known_hosts"
+
+    @property
+    def secrets_dir(self) -> Path:
+        return self.dir / "secrets"
+
+    @property
+    def shared_host_dir(self) -> Path:
+        # Local provider only: the host side of the /shared bind mount.
+        return self.dir / "shared"
+
+    @property
+    def bench_dir(self) -> Path:
+        return self.dir / "bench"
+
+    def exists(self) -> bool:
+        return self.spec_file.exists()
+
+    # -- records -----------------------------------------------------------
+    def write_record(self, path: Path, data: dict[str, Any]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps({"version": RECORD_VERSION, **data}, indent=2, default=str) + "\n")
+        tmp.replace(path)  # atomic: a crash never leaves half a record
+
+    def read_record(self, path: Path) -> dict[str, Any] | None:
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        if data.get("version") != RECORD_VERSION:
+            raise UsageError(f"{path}: record version {data.get('version')} is not {RECORD_VERSION}; upgrade deployer")
+        data.pop("version")
+        return data
+
+    def cluster(self) -> dict[str, Any] | None:
+        return self.read_record(self.cluster_file)
+
+    # -- layout ------------------------------------------------------------
+    def create(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for d in (self.ssh_dir, self.secrets_dir):
+            d.mkdir(mode=0o700, exist_ok=True)
+            d.chmod(0o700)
+        if not self.ssh_private_key.exists():
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"deployer-{self.name}", "-f", str(self.ssh_private_key)],
+                check=True,
+            )
+        self.known_hosts.touch(mode=0o600, exist_ok=True)
+
+    def new_run_dir(self, verb: str) -> Path:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        d = self.dir / "runs" / f"{stamp}-{verb}"
+        n = 1
+        while d.exists():
+            n += 1
+            d = self.dir / "runs" / f"{stamp}-{verb}-{n}"
+        d.mkdir(parents=True)
+        return d
+
+    @contextmanager
+    def lock(self, verb: str) -> Iterator[None]:
+        """Hold the cluster's lock for the verb's lifetime; refuse, never wait."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another deployer process"
+                raise LockedError(
+                    f"cluster {self.name!r} is busy ({holder}); wait for it to finish, then run this again"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{verb} by pid {os.getpid()}".encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # closing drops the flock
+
+
+def resolve_name(root: Path, name: str | None, config_name: str | None = None) -> str:
+    """--name, else the config's name, else the only cluster in the state root, else 'demo'."""
+    if name:
+        return name
+    if config_name:
+        return config_name
+    if root.is_dir():
+        clusters = sorted(p.name for p in root.iterdir() if (p / "spec.json").exists())
+        if len(clusters) == 1:
+            return clusters[0]
+        if len(clusters) > 1:
+            raise UsageError(f"several clusters in {root}: {', '.join(clusters)}; pick one with --name")
+    from .spec import DEFAULT_NAME
+
+    return DEFAULT_NAME
