@@ -73,7 +73,7 @@ def sizes(lo: int, hi: int, factor: int) -> list[int]:
 
 def bandwidths(nbytes: int, sec: float, nranks: int) -> tuple[float, float]:
     algbw = nbytes / 1e9 / sec
-    return algbw, algbw * (2 * (nranks - 1) / nranks if nranks > 1 else 1.0)
+    return algbw, algbw * 2 * (nranks - 1) / nranks  # 0 for one rank, as nccl-tests
 
 
 def rendezvous(comm) -> tuple[str, int]:
@@ -91,7 +91,8 @@ def rendezvous(comm) -> tuple[str, int]:
                 port = s.getsockname()[1]
     else:
         comm.gather(socket.gethostname())
-    return comm.bcast((addr, int(port)))
+    addr, port = comm.bcast((addr, port))
+    return addr, int(port)
 
 
 def iface_ip(name: str) -> str:
@@ -178,7 +179,7 @@ def torch_group(comm, args):
 def versions(comm, backend: str, lib: str) -> dict:
     v = {"python": platform.python_version(), "numpy": np.__version__,
          "mpi4py": __import__("mpi4py").__version__,
-         "mpi": MPI.Get_library_version().strip().splitlines()[0], "backend": backend, "library": lib}
+         "mpi": MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0], "backend": backend, "library": lib}
     if backend == "torch":
         import torch
         v["torch"] = torch.__version__

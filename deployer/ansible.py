@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,13 @@ class PlayResult:
 def run_playbook(inventory: Path, run_dir: Path, playbook: str = "site.yml", extravars: dict[str, Any] | None = None) -> PlayResult:
     import ansible_runner
 
+    # ansible-playbook lives beside this interpreter (a venv that may not be activated).
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
     adir = ansible_dir()
+    (run_dir / "ansible").mkdir(parents=True, exist_ok=True)
     result = PlayResult()
     events_log = open(run_dir / "ansible-events.jsonl", "a")
     task_seen: set[str] = set()
@@ -85,8 +92,11 @@ def run_playbook(inventory: Path, run_dir: Path, playbook: str = "site.yml", ext
         events_log.close()
         if spinner:
             spinner.stop()
+    if r.status == "canceled":
+        raise KeyboardInterrupt  # Ctrl-C reached ansible-runner first: exit 130, resumable
     if r.status != "successful" or r.rc != 0:
-        first = result.failures[0] if result.failures else f"ansible-runner status {r.status} (rc {r.rc})"
+        tail = (r.stdout.read().strip().splitlines() or [""])[-1] if r.stdout else ""
+        first = result.failures[0] if result.failures else f"ansible-runner {r.status} (rc {r.rc}): {tail}"
         more = f" (+{len(result.failures) - 1} more)" if len(result.failures) > 1 else ""
         raise OperationFailed(f"configuration failed: {first}{more}", log=run_dir / "ansible-events.jsonl")
     return result

@@ -123,8 +123,12 @@ def ssh(
     from . import lifecycle
 
     command = list(ctx.args)
-    if node == "--":
-        node = None
+    raw = sys.argv[1:]
+    if "--" in raw:
+        # click drops the `--`; the words after it are the command, whatever click bound.
+        before, command = raw[: raw.index("--")], raw[raw.index("--") + 1 :]
+        if node not in before:
+            node = None
     raise typer.Exit(lifecycle.ssh(_state(name, state_dir), node, command))
 
 

@@ -105,13 +105,19 @@ class ClusterSpec(_Strict):
             raise ValueError("must be a whole number")
         return v
 
+    @field_validator("local", "openstack", "terraform", mode="before")
+    @classmethod
+    def _empty_section(cls, v: Any) -> Any:
+        # A section whose keys are all commented out reads as null.
+        return {} if v is None else v
+
     @field_validator("monitoring", mode="before")
     @classmethod
     def _monitoring_switch(cls, v: Any) -> Any:
         # `monitoring: false` is the documented switch.
         if isinstance(v, bool):
             return {"enabled": v}
-        return v
+        return {} if v is None else v
 
     @model_validator(mode="after")
     def _defaults_and_exposure(self) -> "ClusterSpec":

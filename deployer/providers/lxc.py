@@ -144,7 +144,8 @@ def host_carry() -> tuple[str, list[Path]]:
         for item in conf.get(option, "").split():
             p = Path(item.removeprefix("file://"))
             if item.startswith(("/", "file://")) and p.exists():
-                paths.add(p if p.is_dir() else p.parent)
+                # A PEP 503 index folder links to files beside it (../files): take its parent.
+                paths.add(p.parent if p.name == "simple" or not p.is_dir() else p)
     text = "# Carried over from the host by deployer, so nodes reach the same package sources.\n[global]\n"
     text += "".join(f"{k} = {v}\n" for k, v in sorted(conf.items()))
     # The CA bundle is copied into the node at the same path, not mounted.

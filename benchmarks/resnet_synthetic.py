@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""PyTorch synthetic benchmark: Horovod's pytorch_synthetic_benchmark.py, flags and
+output lines, on torch.distributed DDP (NCCL on GPUs, gloo on CPUs) under mpirun.
+
+    mpirun -np 4 --hostfile hostfile --bind-to none -x PATH python resnet_synthetic.py --model resnet50
+
+Rank, world size, local rank and the rendezvous (rank 0's address, a free port) come
+from mpi4py. Every rank times itself; rank 0 gathers the per-rank rates and reports
+their sum, so a slow node shows up in the total instead of being hidden by N x rank 0.
+--mode ensemble runs the same step with no gradient exchange (no DDP): the ratio
+dp/ensemble at the same N is the share of time the all-reduce costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import timeit
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+from mpi4py import MPI
+
+try:  # torchvision when it imports; a torchvision build that mismatches torch raises
+    from torchvision import models as tv_models
+except Exception:  # noqa: BLE001 - any import failure means: use the built-in ResNets
+    tv_models = None
+
+MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+
+
+# --- a ResNet with torchvision's architecture (same layers, same parameter count) ---
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, cin, width, stride=1, down=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, width, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.relu, self.downsample = nn.ReLU(inplace=True), down
+
+    def forward(self, x):
+        idt = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + idt)
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, cin, width, stride=1, down=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)  # stride on 3x3 (v1.5)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, width * 4, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(width * 4)
+        self.relu, self.downsample = nn.ReLU(inplace=True), down
+
+    def forward(self, x):
+        idt = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        return self.relu(self.bn3(self.conv3(out)) + idt)
+
+
+class ResNet(nn.Module):
+    def __init__(self, block, layers, num_classes=1000):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1, self.relu = nn.BatchNorm2d(64), nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        cin, stages = 64, []
+        for i, (width, n) in enumerate(zip((64, 128, 256, 512), layers)):
+            stride = 1 if i == 0 else 2
+            down = None
+            if stride != 1 or cin != width * block.expansion:
+                down = nn.Sequential(nn.Conv2d(cin, width * block.expansion, 1, stride, bias=False),
+                                     nn.BatchNorm2d(width * block.expansion))
+            blocks = [block(cin, width, stride, down)]
+            cin = width * block.expansion
+            blocks += [block(cin, width) for _ in range(n - 1)]
+            stages.append(nn.Sequential(*blocks))
+        self.layer1, self.layer2, self.layer3, self.layer4 = stages
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(cin, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+ARCH = {"resnet18": (BasicBlock, [2, 2, 2, 2]), "resnet34": (BasicBlock, [3, 4, 6, 3]),
+        "resnet50": (Bottleneck, [3, 4, 6, 3]), "resnet101": (Bottleneck, [3, 4, 23, 3]),
+        "resnet152": (Bottleneck, [3, 8, 36, 3])}
+
+
+def build_model(name: str) -> tuple[nn.Module, str]:
+    if tv_models is not None and hasattr(tv_models, name):
+        return getattr(tv_models, name)(), "torchvision"
+    if name not in ARCH:
+        raise SystemExit(f"unknown model {name!r} (torchvision not importable): use one of {', '.join(MODELS)}")
+    return ResNet(*ARCH[name]), "builtin"
+
+
+# --- launch plumbing --------------------------------------------------------------
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="PyTorch Synthetic Benchmark",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--fp16-allreduce", action="store_true", help="fp16 compression of gradients (DDP comm hook)")
+    p.add_argument("--model", default="resnet50", help="model to benchmark")
+    p.add_argument("--batch-size", type=int, default=32, help="input batch size (per rank)")
+    p.add_argument("--num-warmup-batches", type=int, default=10, help="warm-up batches, not timed")
+    p.add_argument("--num-batches-per-iter", type=int, default=10, help="batches per benchmark iteration")
+    p.add_argument("--num-iters", type=int, default=10, help="number of benchmark iterations")
+    p.add_argument("--no-cuda", action="store_true", help="disables CUDA training")
+    p.add_argument("--mode", choices=["dp", "ensemble"], default="dp",
+                   help="dp: DDP data parallel; ensemble: same step, no gradient exchange")
+    p.add_argument("--amp", action="store_true", help="autocast (fp16 on GPU, bf16 on CPU)")
+    p.add_argument("--channels-last", action="store_true", help="NHWC memory format")
+    p.add_argument("--image-size", type=int, default=224, help="square image side")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: cores per local rank)")
+    p.add_argument("--json", action="store_true", help="rank 0 prints one JSON line with all figures")
+    return p.parse_args(argv)
+
+
+def iface_ip(name: str) -> str:
+    import fcntl
+    import struct
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # SIOCGIFADDR
+        return socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))[20:24])
+
+
+def rendezvous(comm, hosts: list[str]) -> tuple[str, int]:
+    """Rank 0's address and a free port, broadcast; MASTER_ADDR/MASTER_PORT win."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if comm.rank == 0:
+        ifname = (os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME") or "").split(",")[0]
+        if not addr:  # why not gethostbyname alone: Debian maps the hostname to 127.0.1.1
+            addr = ("127.0.0.1" if len(set(hosts)) == 1 else
+                    iface_ip(ifname) if ifname else socket.gethostbyname(socket.gethostname()))
+        if not port:
+            with socket.socket() as s:
+                s.bind(("", 0))
+                port = s.getsockname()[1]
+    addr, port = comm.bcast((addr, port))
+    return addr, int(port)
+
+
+def versions(cuda: bool, hosts: list[str], impl: str) -> dict:
+    v = {"python": platform.python_version(), "torch": torch.__version__, "model_impl": impl,
+         "torchvision": getattr(sys.modules.get("torchvision"), "__version__", None) if tv_models else None,
+         "mpi4py": __import__("mpi4py").__version__, "mpi": MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0],
+         "hosts": sorted(set(hosts)), "world_size": len(hosts)}
+    if cuda:
+        v.update(cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
+                 nccl=".".join(map(str, torch.cuda.nccl.version())), gpu=torch.cuda.get_device_name())
+        if shutil.which("nvidia-smi"):
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True)
+            v["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else None
+    return v
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    comm = MPI.COMM_WORLD
+    rank, size = comm.rank, comm.size
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local_rank, local_size = local.rank, local.size
+    hosts = comm.allgather(socket.gethostname())
+    args.cuda = not args.no_cuda and torch.cuda.is_available()
+    device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count())) if args.cuda else torch.device("cpu")
+    if args.cuda:
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+    # why: N ranks on one host each defaulting to all cores oversubscribe the CPU;
+    # mpirun may also bind a rank to fewer cores than that (then respect the binding).
+    cores = min(len(os.sched_getaffinity(0)), max(1, (os.cpu_count() or 1) // local_size))
+    torch.set_num_threads(args.threads or max(1, cores))
+
+    dp = args.mode == "dp" and size > 1
+    if size > 1:  # also for ensemble: the same process group, so only DDP differs
+        addr, port = rendezvous(comm, hosts)
+        dist.init_process_group("nccl" if args.cuda else "gloo", init_method=f"tcp://{addr}:{port}",
+                                rank=rank, world_size=size, timeout=datetime.timedelta(minutes=10))
+
+    torch.manual_seed(0)  # same initial weights everywhere; DDP broadcasts rank 0's anyway
+    model, impl = build_model(args.model)
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = model.to(device, memory_format=fmt)
+    if dp:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if args.cuda else None)
+        if args.fp16_allreduce:
+            model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    # lr scaled by world size as Horovod does; the value does not change the timing
+    optimizer = optim.SGD(model.parameters(), lr=0.01 * size)
+
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
+    data = data.contiguous(memory_format=fmt)
+    target = torch.randint(0, 1000, (args.batch_size,), device=device)
+    amp_dtype = torch.float16 if args.cuda else torch.bfloat16
+    scaler = torch.amp.GradScaler("cuda", enabled=args.amp and args.cuda)
+
+    def benchmark_step():
+        optimizer.zero_grad()
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=args.amp):
+            loss = F.cross_entropy(model(data), target)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    def timed(n: int) -> float:
+        def run():
+            for _ in range(n):
+                benchmark_step()
+            if args.cuda:
+                torch.cuda.synchronize()  # the clock stops when the GPU is done
+        return timeit.timeit(run, number=1)
+
+    def log(s: str) -> None:
+        if rank == 0:
+            print(s, flush=True)
+
+    dev = "GPU" if args.cuda else "CPU"
+    log(f"Model: {args.model}")
+    log(f"Batch size: {args.batch_size}")
+    log(f"Number of {dev}s: {size}")
+    log("Running warmup...")
+    timed(args.num_warmup_batches)
+    log("Running benchmark...")
+    img_secs = []
+    for x in range(args.num_iters):
+        img_sec = args.batch_size * args.num_batches_per_iter / timed(args.num_batches_per_iter)
+        log(f"Iter #{x}: {img_sec:.1f} img/sec per {dev}")
+        img_secs.append(img_sec)
+
+    mine = {"rank": rank, "host": hosts[rank], "local_rank": local_rank,
+            "img_per_sec": float(np.mean(img_secs)), "conf": float(1.96 * np.std(img_secs))}
+    ranks = comm.gather(mine)
+    if rank == 0:
+        total = sum(r["img_per_sec"] for r in ranks)
+        conf = sum(r["conf"] for r in ranks)  # equals Horovod's N x conf when ranks agree
+        log(f"Img/sec per {dev}: {total / size:.1f} +-{conf / size:.1f}")
+        log(f"Total img/sec on {size} {dev}(s): {total:.1f} +-{conf:.1f}")
+        if args.json:
+            log(json.dumps({
+                "benchmark": "resnet_synthetic", "model": args.model, "mode": args.mode, "device": dev,
+                "batch_size": args.batch_size, "image_size": args.image_size, "world_size": size,
+                "img_per_sec": total, "img_per_sec_per_rank": total / size, "conf": conf,
+                "ranks": ranks, "iters_rank0": img_secs, "flags": vars(args),
+                "versions": versions(args.cuda, hosts, impl)}))
+    if size > 1:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""`deployer bench`: the node-count sweep, run on the master, aggregated into results.
+
+Every remote step is one shell command string run on the master through a Runner
+(the caller's SSH session); the same strings are saved to commands.sh beside the
+results, so each run can be repeated by hand on the master. Order:
+
+  1. hostfile.N for each N (the first N lines of <shared>/hostfile)
+  2. for each N: resnet_synthetic.py in --mode (dp), and ensemble at the largest N
+     (or at every N with ensemble_every_n) for the communication share
+  3. allreduce.py at the largest N (when it is >= 2)
+  4. iperf3 master -> first worker: the link rate busbw is read against
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from deployer import bench_report, ui
+from deployer.errors import OperationFailed, UsageError
+
+MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
+MODES = ("dp", "ensemble")
+ALLREDUCE_BACKENDS = ("auto", "mpi", "torch")
+_SIZE = re.compile(r"(\d+)([KMG]?)", re.I)
+
+
+class Runner(Protocol):
+    def run(self, cmd: str, *, timeout: float) -> tuple[int, str, str]:
+        """Run `cmd` in a bash login shell on the master as the cluster user: rc, stdout, stderr."""
+        ...
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    nodes: tuple[int, ...]
+    model: str = "resnet50"
+    batch_size: int = 32
+    image_size: int = 224
+    mode: str = "dp"
+    num_warmup_batches: int = 10
+    num_batches_per_iter: int = 10
+    num_iters: int = 10
+    fp16_allreduce: bool = False
+    amp: bool = False
+    channels_last: bool = False
+    ensemble_every_n: bool = False
+    allreduce_min: str = "1K"
+    allreduce_max: str = "64M"
+    allreduce_backend: str = "auto"
+    run_timeout_s: int = 3600  # wall-clock bound of one mpirun
+
+
+def parse_node_counts(text: str | None, cluster_size: int) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4); None -> 1, 2, 4, ... up to the cluster size, and the size itself."""
+    if text is None or not text.strip():
+        counts, n = [], 1
+        while n < cluster_size:
+            counts.append(n)
+            n *= 2
+        return tuple(counts + [cluster_size])
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise UsageError(f"--nodes {text!r} is not a list of node counts: use e.g. --nodes 1,2,4")
+    counts = [int(p) for p in parts]
+    if min(counts) < 1:
+        raise UsageError("--nodes: node counts start at 1: use e.g. --nodes 1,2,4")
+    if len(set(counts)) != len(counts):
+        raise UsageError(f"--nodes {text!r} repeats a node count: list each count once")
+    if max(counts) > cluster_size:
+        raise UsageError(f"--nodes: the cluster has {cluster_size} node(s), not {max(counts)}: "
+                         f"use counts up to {cluster_size} or scale the cluster up first")
+    return tuple(sorted(counts))
+
+
+def size_bytes(text: str) -> int:
+    m = _SIZE.fullmatch(text.strip())
+    if not m:
+        raise UsageError(f"message size {text!r}: use bytes with an optional K/M/G suffix, e.g. 64M")
+    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
+
+
+def make_options(cluster: dict[str, Any], *, nodes: str | None = None, **flags: Any) -> BenchOptions:
+    """Validate the bench flags against the cluster before anything runs (UsageError, exit 2)."""
+    opts = BenchOptions(nodes=parse_node_counts(nodes, len(cluster["nodes"])), **flags)
+    if opts.model not in MODELS:
+        raise UsageError(f"--model {opts.model!r} is not known: use one of {', '.join(MODELS)}")
+    if opts.mode not in MODES:
+        raise UsageError(f"--mode {opts.mode!r}: use dp or ensemble")
+    if opts.batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    if opts.image_size < 32:
+        raise UsageError("--image-size must be at least 32 (ResNet downsamples 32x)")
+    for name in ("num_warmup_batches", "num_batches_per_iter", "num_iters", "run_timeout_s"):
+        if getattr(opts, name) < (0 if name == "num_warmup_batches" else 1):
+            raise UsageError(f"--{name.replace('_', '-')} must be positive")
+    if opts.allreduce_backend not in ALLREDUCE_BACKENDS:
+        raise UsageError(f"--allreduce-backend: use one of {', '.join(ALLREDUCE_BACKENDS)}")
+    if size_bytes(opts.allreduce_min) < 4 or size_bytes(opts.allreduce_max) < size_bytes(opts.allreduce_min):
+        raise UsageError("all-reduce sizes: need 4 <= min <= max, e.g. 1K and 64M")
+    return opts
+
+
+# --- the remote commands: each one string a user could type on the master ---------
+def slots(node: dict[str, Any]) -> int:
+    return int(node.get("gpus") or 0) or 1
+
+
+def run_dir(cluster: dict[str, Any], run_id: str) -> str:
+    return f"{cluster['shared_dir']}/bench/{run_id}"
+
+
+def hostfiles_cmd(cluster: dict[str, Any], run_id: str, counts: tuple[int, ...]) -> str:
+    d = run_dir(cluster, run_id)
+    return (f"mkdir -p {d} && for n in {' '.join(map(str, counts))}; do "
+            f"head -n $n {cluster['shared_dir']}/hostfile > {d}/hostfile.$n; done")
+
+
+def mpirun_cmd(cluster: dict[str, Any], run_id: str, n: int, timeout_s: int, script: str, args: list[str]) -> str:
+    np_ = sum(slots(node) for node in cluster["nodes"][:n])
+    root = " --allow-run-as-root" if cluster["ssh_user"] == "root" else ""
+    # why these flags: --bind-to none lets torch use every core of a node (Open MPI
+    # binds to one core by default for np <= 2); -x carries the login shell's PATH
+    # (the training env's python) and the socket interface to every rank; an unset
+    # name is only a warning. timeout --kill-after bounds a hung rank.
+    return (f"timeout --kill-after=30 {timeout_s} mpirun{root} --hostfile {run_dir(cluster, run_id)}/hostfile.{n}"
+            f" -np {np_} --map-by slot --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME"
+            f" python {cluster['shared_dir']}/benchmarks/{script} " + " ".join(args))
+
+
+def resnet_args(opts: BenchOptions, mode: str) -> list[str]:
+    args = ["--json", "--mode", mode, "--model", opts.model, "--batch-size", str(opts.batch_size),
+            "--image-size", str(opts.image_size), "--num-warmup-batches", str(opts.num_warmup_batches),
+            "--num-batches-per-iter", str(opts.num_batches_per_iter), "--num-iters", str(opts.num_iters)]
+    for flag in ("fp16_allreduce", "amp", "channels_last"):
+        if getattr(opts, flag):
+            args.append("--" + flag.replace("_", "-"))
+    return args
+
+
+def allreduce_args(opts: BenchOptions) -> list[str]:
+    return ["--json", "-b", opts.allreduce_min, "-e", opts.allreduce_max, "-f", "2",
+            "--backend", opts.allreduce_backend]
+
+
+def iperf_cmd(worker_ip: str) -> str:
+    ip = shlex.quote(worker_ip)
+    return (f"ssh -o BatchMode=yes {ip} iperf3 -s -1 -D && sleep 1 && "
+            f"timeout 30 iperf3 -c {ip} -J -t 3")
+
+
+def cleanup_cmd(cluster: dict[str, Any]) -> str:
+    shared = cluster["shared_dir"].rstrip("/")
+    # why the brackets: the regex [/]shared/... matches the benchmark processes but not
+    # this command line (nor the shell running it), so pkill cannot kill itself.
+    pattern = f"[{shared[0]}]{shared[1:]}/benchmarks/"
+    remote = shlex.quote(f"pkill -f {shlex.quote(pattern)}")
+    hosts = " ".join(shlex.quote(n["private_ip"]) for n in cluster["nodes"])
+    return f"for h in {hosts}; do ssh -o BatchMode=yes -o ConnectTimeout=5 $h {remote}; done; true"
+
+
+# --- parsing -----------------------------------------------------------------------
+def parse_json_line(stdout: str, what: str) -> dict[str, Any]:
+    """The last line of stdout that is a JSON object (rank 0's --json record)."""
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                break
+    raise OperationFailed(f"{what} printed no JSON result line")
+
+
+def parse_iperf(stdout: str) -> float:
+    """Gbit/s received, from iperf3 -J."""
+    data = json.loads(stdout[stdout.index("{"):])
+    return data["end"]["sum_received"]["bits_per_second"] / 1e9
+
+
+# --- the sweep -----------------------------------------------------------------------
+def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_id: str,
+              outdir: Path) -> dict[str, Any]:
+    """Run the sweep on the cluster; write results into outdir; return the --json record."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    script = outdir / "commands.sh"
+    script.write_text(f"# deployer bench {run_id}: the same runs, typed by hand on the master\n")
+
+    def remote(name: str, cmd: str, timeout: float, *, cleanup: bool = True) -> str:
+        with script.open("a") as f:
+            f.write(cmd + "\n")
+        log = outdir / f"{name}.log"
+        rc, out, err = runner.run(cmd, timeout=timeout)
+        log.write_text(f"$ {cmd}\n# exit {rc}\n{out}\n# --- stderr ---\n{err}")
+        if rc != 0:
+            if cleanup:
+                runner.run(cleanup_cmd(cluster), timeout=60)
+            why = "timed out" if rc in (124, 137) else f"exit {rc}"
+            last = next((ln for ln in reversed(err.splitlines()) if ln.strip()), "no error output")
+            raise OperationFailed(f"{name} failed ({why}): {last.strip()[:200]}", log=log)
+        return out
+
+    top = max(opts.nodes)
+    limit = opts.run_timeout_s + 60  # the runner waits past timeout's --kill-after
+    ui.step(f"bench {run_id}: {opts.model}, batch {opts.batch_size}/rank, {opts.image_size}px, "
+            f"mode {opts.mode}, nodes {','.join(map(str, opts.nodes))}")
+    remote("hostfiles", hostfiles_cmd(cluster, run_id, opts.nodes), 60, cleanup=False)
+
+    resnet: list[tuple[int, dict[str, Any]]] = []
+    for n in opts.nodes:
+        modes = [opts.mode]
+        if opts.mode == "dp" and (opts.ensemble_every_n or n == top) and n > 1:
+            modes.append("ensemble")  # at N=1 there is nothing to exchange: dp == ensemble
+        for mode in modes:
+            ui.step(f"resnet_synthetic on {n} node(s), {mode}")
+            cmd = mpirun_cmd(cluster, run_id, n, opts.run_timeout_s, "resnet_synthetic.py", resnet_args(opts, mode))
+            res = parse_json_line(remote(f"resnet-{mode}-{n}", cmd, limit), f"resnet_synthetic ({mode}, {n} nodes)")
+            resnet.append((n, res))
+            ui.ok(f"{n} node(s) {mode}: {res['img_per_sec']:.1f} img/s total, "
+                  f"{res['img_per_sec_per_rank']:.1f} per rank")
+
+    allreduce: list[tuple[int, dict[str, Any]]] = []
+    if top >= 2:
+        ui.step(f"all-reduce sweep on {top} nodes ({opts.allreduce_min}..{opts.allreduce_max})")
+        cmd = mpirun_cmd(cluster, run_id, top, opts.run_timeout_s, "allreduce.py", allreduce_args(opts))
+        ar = parse_json_line(remote(f"allreduce-{top}", cmd, limit), "allreduce")
+        allreduce.append((top, ar))
+        ui.ok(f"all-reduce: avg busbw {ar['avg_busbw_gb_s']:.3f} GB/s, "
+              f"max {max(r['busbw_gb_s'] for r in ar['rows']):.3f} GB/s, {ar['wrong']} wrong")
+    else:
+        ui.info("all-reduce skipped: it needs 2 or more nodes")
+
+    link = None
+    workers = [n for n in cluster["nodes"] if n["role"] != "master"]
+    if workers:
+        ui.step(f"iperf3 link rate: master -> {workers[0]['name']}")
+        try:
+            link = parse_iperf(remote("iperf3", iperf_cmd(workers[0]["private_ip"]), 60, cleanup=False))
+            ui.ok(f"link {link:.2f} Gbit/s = {bench_report.gbit_to_gbyte(link):.3f} GB/s")
+        except (OperationFailed, ValueError, KeyError) as e:  # results stand without it
+            ui.warn(f"iperf3 gave no link rate ({e}); busbw is reported without it")
+
+    versions = {
+        "benchmark": resnet[0][1].get("versions", {}) if resnet else {},
+        "allreduce": allreduce[0][1].get("versions", {}) if allreduce else None,
+        "provider": cluster["provider"],
+        "cluster_nodes": len(cluster["nodes"]),
+        "gpus_per_node": [int(n.get("gpus") or 0) for n in cluster["nodes"]],
+        "node_counts": list(opts.nodes),
+        "flags": asdict(opts),
+    }
+    report = bench_report.aggregate(run_id, resnet, allreduce, link, versions, mode=opts.mode)
+    bench_report.write_files(report, outdir)
+    ui.ok(f"results in {outdir}")
+    return report

@@ -1,0 +1,216 @@
+"""Benchmark results: the formulas, the aggregate record, files and a console table.
+
+Pure functions over the JSON lines the benchmarks print; the only I/O is writing the
+result files. Formulas (numbers a reader can check by hand):
+
+  efficiency  E(N) = T_N / (N * T_1)           T = total img/sec, fixed per-rank batch
+  busbw       B = algbw * 2(n-1)/n              n = ranks in the all-reduce
+  comm share  1 - T_dp / T_ensemble             at the same N
+  link        iperf3 Gbit/s / 8 = GB/s          the same unit as busbw
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from rich.table import Table
+
+SCHEMA = 1
+
+
+def efficiency(t_n: float, n: int, t_1: float) -> float:
+    """Scaling efficiency of N nodes against one: T_N / (N * T_1)."""
+    if n < 1 or t_1 <= 0:
+        raise ValueError("efficiency needs n >= 1 and T_1 > 0")
+    return t_n / (n * t_1)
+
+
+def busbw(algbw: float, n: int) -> float:
+    """nccl-tests' bus bandwidth of an all-reduce over n ranks (0 for one rank)."""
+    if n < 1:
+        raise ValueError("busbw needs n >= 1")
+    return algbw * 2 * (n - 1) / n
+
+
+def comm_share(dp_img_per_sec: float, ensemble_img_per_sec: float) -> float:
+    """Share of the step time spent exchanging gradients: 1 - T_dp / T_ensemble."""
+    if ensemble_img_per_sec <= 0:
+        raise ValueError("ensemble throughput must be > 0")
+    return 1.0 - dp_img_per_sec / ensemble_img_per_sec
+
+
+def gbit_to_gbyte(gbit_s: float) -> float:
+    return gbit_s / 8.0
+
+
+def aggregate(
+    run_id: str,
+    resnet: Iterable[tuple[int, dict[str, Any]]],
+    allreduce: Iterable[tuple[int, dict[str, Any]]] = (),
+    link_gbit_s: float | None = None,
+    versions: dict[str, Any] | None = None,
+    mode: str = "dp",
+) -> dict[str, Any]:
+    """Build the --json record from (nodes, benchmark JSON) pairs.
+
+    `resnet` holds runs of resnet_synthetic.py; those in `mode` make the results
+    rows, those of the other mode (ensemble beside dp) add ensemble_img_per_sec and
+    comm_share to the row of the same node count. Efficiency is against the smallest
+    node count measured: T_1 when 1 is in the sweep, else T_b/b for baseline b.
+    """
+    primary: dict[int, dict[str, Any]] = {}
+    other: dict[int, dict[str, Any]] = {}
+    for nodes, run in resnet:
+        (primary if run.get("mode", "dp") == mode else other)[nodes] = run
+    rows = []
+    if primary:
+        base_n = min(primary)
+        per_node_1 = primary[base_n]["img_per_sec"] / base_n  # T_1 (or its estimate T_b / b)
+        for nodes in sorted(primary):
+            run = primary[nodes]
+            row = {
+                "nodes": nodes,
+                "ranks": run["world_size"],
+                "img_per_sec": run["img_per_sec"],
+                "img_per_sec_per_rank": run["img_per_sec_per_rank"],
+                "efficiency": efficiency(run["img_per_sec"], nodes, per_node_1) if per_node_1 > 0 else None,
+                "mode": run.get("mode", mode),
+                "model": run.get("model"),
+                "batch_size": run.get("batch_size"),
+                "image_size": run.get("image_size"),
+                "baseline_nodes": base_n,
+            }
+            if nodes in other and mode == "dp":
+                ens = other[nodes]["img_per_sec"]
+                row["ensemble_img_per_sec"] = ens
+                row["comm_share"] = comm_share(run["img_per_sec"], ens) if ens > 0 else None
+            rows.append(row)
+    ar_rows = [
+        {
+            "nodes": nodes,
+            "bytes": r["bytes"],
+            "time_us": r["time_us"],
+            "algbw_gb_s": r["algbw_gb_s"],
+            "busbw_gb_s": r["busbw_gb_s"],
+            "wrong": r["wrong"],
+        }
+        for nodes, run in allreduce
+        for r in run["rows"]
+    ]
+    return {
+        "schema": SCHEMA,
+        "run_id": run_id,
+        "results": rows,
+        "allreduce": ar_rows,
+        "link": None if link_gbit_s is None else {"tool": "iperf3", "gbit_s": link_gbit_s},
+        "files": {"json": None, "csv": None, "plots": []},
+        "versions": versions or {},
+    }
+
+
+CSV_FIELDS = [
+    "kind", "nodes", "ranks", "img_per_sec", "img_per_sec_per_rank", "efficiency",
+    "ensemble_img_per_sec", "comm_share", "bytes", "time_us", "algbw_gb_s", "busbw_gb_s", "wrong",
+]
+
+
+def write_files(report: dict[str, Any], outdir: Path) -> dict[str, Any]:
+    """Write results.json, results.csv and the PNG plots into outdir; fill report["files"]."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    files = {"json": str(outdir / "results.json"), "csv": str(outdir / "results.csv"), "plots": []}
+    report["files"] = files
+    # why one CSV with a "kind" column: the schema names one CSV file; spreadsheet
+    # users filter on kind = scaling | allreduce.
+    with open(files["csv"], "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for row in report["results"]:
+            w.writerow({"kind": "scaling", **row})
+        for row in report["allreduce"]:
+            w.writerow({"kind": "allreduce", **row})
+    files["plots"] = [str(p) for p in plot(report, outdir)]
+    Path(files["json"]).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def plot(report: dict[str, Any], outdir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    paths: list[Path] = []
+    rows = report["results"]
+    if rows:
+        nodes = [r["nodes"] for r in rows]
+        base = rows[0]["img_per_sec"] / rows[0]["nodes"]
+        for name, ys, ideal, ylabel in (
+            ("throughput.png", [r["img_per_sec"] for r in rows], [base * n for n in nodes], "images / s (total)"),
+            ("efficiency.png", [r["efficiency"] for r in rows], [1.0] * len(nodes), "efficiency T_N / (N T_1)"),
+        ):
+            fig, ax = plt.subplots(figsize=(6, 4))
+            ax.plot(nodes, ys, "o-", label="measured")
+            ax.plot(nodes, ideal, "--", color="grey", label="ideal")
+            ax.set_xlabel("nodes")
+            ax.set_ylabel(ylabel)
+            ax.set_xticks(nodes)
+            ax.set_title(f"{rows[0].get('model') or ''} {rows[0].get('mode') or ''} — {report['run_id']}".strip())
+            ax.grid(alpha=0.3)
+            ax.legend()
+            fig.tight_layout()
+            paths.append(outdir / name)
+            fig.savefig(paths[-1], dpi=100)
+            plt.close(fig)
+    ar = report["allreduce"]
+    if ar:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for n in sorted({r["nodes"] for r in ar}):
+            pts = [r for r in ar if r["nodes"] == n]
+            ax.plot([r["bytes"] for r in pts], [r["busbw_gb_s"] for r in pts], "o-", label=f"busbw, {n} nodes")
+        if report.get("link"):
+            gb = gbit_to_gbyte(report["link"]["gbit_s"])
+            ax.axhline(gb, color="red", ls="--", label=f"iperf3 link {gb:.2f} GB/s")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("bus bandwidth (GB/s)")
+        ax.set_title(f"all-reduce — {report['run_id']}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        paths.append(outdir / "busbw.png")
+        fig.savefig(paths[-1], dpi=100)
+        plt.close(fig)
+    return paths
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "—" if x is None else format(x, fmt)
+
+
+def results_table(report: dict[str, Any]) -> Table:
+    """Scaling table for the console."""
+    t = Table(title=f"ResNet synthetic — {report['run_id']}")
+    for col in ("nodes", "ranks", "img/s", "img/s per rank", "efficiency", "ensemble img/s", "comm share"):
+        t.add_column(col, justify="right")
+    for r in report["results"]:
+        t.add_row(str(r["nodes"]), str(r["ranks"]), _num(r["img_per_sec"], ".1f"),
+                  _num(r["img_per_sec_per_rank"], ".1f"), _num(r["efficiency"], ".1%"),
+                  _num(r.get("ensemble_img_per_sec"), ".1f"), _num(r.get("comm_share"), ".1%"))
+    return t
+
+
+def allreduce_table(report: dict[str, Any]) -> Table:
+    """All-reduce sweep with busbw as a share of the iperf3 link rate."""
+    link = report.get("link")
+    gb = gbit_to_gbyte(link["gbit_s"]) if link else None
+    t = Table(title="all-reduce" + (f" (link {gb:.2f} GB/s by iperf3)" if gb else ""))
+    for col in ("nodes", "size (B)", "time (us)", "algbw GB/s", "busbw GB/s", "of link", "#wrong"):
+        t.add_column(col, justify="right")
+    for r in report["allreduce"]:
+        t.add_row(str(r["nodes"]), str(r["bytes"]), f"{r['time_us']:.1f}", f"{r['algbw_gb_s']:.2f}",
+                  f"{r['busbw_gb_s']:.2f}", _num(r["busbw_gb_s"] / gb if gb else None, ".0%"), str(r["wrong"]))
+    return t

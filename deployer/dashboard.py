@@ -1,0 +1,429 @@
+"""`deployer dashboard`: SSH tunnels to the monitoring services on the master, and their URLs.
+
+Nothing on the master listens beyond the cluster network unless monitoring.expose is on,
+so the way in is an SSH local forward through the master, bound to 127.0.0.1 on this
+machine. open_tunnels() runs one `ssh -N -L ...` for every service, waits until each
+local port accepts, and stops ssh on exit. describe() is what `deployer dashboard`
+and `deployer dashboard --print` show: URLs, and where Grafana's admin password is
+(never the password itself).
+
+panel_queries() / check_dashboards() run every panel query of the provisioned
+dashboards against Prometheus, the way Grafana would, so a check can tell which
+panels have no data (used by the monitoring tests; usable by `deployer status`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from .errors import OperationFailed
+
+GRAFANA_PASSWORD_FILE = "grafana_admin_password"  # in the state dir's secrets dir; the grafana role writes it
+GRAFANA_ADMIN_USER = "admin"
+DASHBOARDS_DIR = Path(__file__).resolve().parent.parent / "monitoring" / "grafana" / "dashboards"
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    title: str
+    port: int
+    path: str = "/"
+
+
+GRAFANA = Service("grafana", "Grafana", 3000, "/")
+PROMETHEUS = Service("prometheus", "Prometheus", 9090, "/")
+PUSHGATEWAY = Service("pushgateway", "Pushgateway", 9091, "/")
+
+
+def grafana_runs(provider: str, grafana: bool) -> bool:
+    """Grafana is installed on OpenStack only (no package source for local nodes)."""
+    return grafana and provider != "local"
+
+
+def services(*, provider: str, grafana: bool) -> list[Service]:
+    """The monitoring services that run on the master for this cluster."""
+    return ([GRAFANA] if grafana_runs(provider, grafana) else []) + [PROMETHEUS, PUSHGATEWAY]
+
+
+# ----------------------------------------------------------------------------- tunnels
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tunnel_command(ssh_base_cmd: Sequence[str], forwards: Sequence[tuple[int, str, int]]) -> list[str]:
+    """ssh argv forwarding 127.0.0.1:<local> to <host>:<port> as seen from the master.
+
+    `ssh_base_cmd` ends with the destination (user@master) and carries the identity
+    and known_hosts options; the forwarding options go before the destination, since
+    ssh reads anything after it as a remote command. Options given in the base
+    command win (ssh takes the first value of each -o).
+    """
+    if not ssh_base_cmd:
+        raise ValueError("ssh_base_cmd is empty")
+    *base, destination = ssh_base_cmd
+    cmd = [
+        *base,
+        "-N",
+        "-o", "ExitOnForwardFailure=yes",
+        "-o", "BatchMode=yes",
+        "-o", "ServerAliveInterval=15",
+        "-o", "ServerAliveCountMax=3",
+        # Our own connection: a shared ControlMaster would take the forwards and exit.
+        "-o", "ControlMaster=no",
+        "-o", "ControlPath=none",
+    ]
+    for local, host, port in forwards:
+        cmd += ["-L", f"127.0.0.1:{local}:{host}:{port}"]
+    cmd.append(destination)
+    return cmd
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _last_line(path: Path) -> str:
+    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    return lines[-1] if lines else "no message"
+
+
+@contextmanager
+def open_tunnels(
+    ssh_base_cmd: Sequence[str],
+    targets: Mapping[str, tuple[str, int]],
+    *,
+    timeout: float = 20.0,
+    attempts: int = 3,
+) -> Iterator[dict[str, int]]:
+    """One ssh process forwarding each target; yields {name: local port}.
+
+    Local ports are free ports on 127.0.0.1. If one is taken between choosing and
+    binding (ssh exits at once with ExitOnForwardFailure), new ports are tried.
+    Raises OperationFailed with ssh's last message if the tunnel does not come up
+    within `timeout` seconds.
+    """
+    if not targets:
+        raise ValueError("no targets to forward")
+    with tempfile.TemporaryDirectory(prefix="deployer-tunnel-") as tmp:
+        errlog = Path(tmp) / "ssh.stderr"
+        for attempt in range(1, attempts + 1):
+            ports = {name: _free_port() for name in targets}
+            cmd = tunnel_command(ssh_base_cmd, [(ports[n], host, port) for n, (host, port) in targets.items()])
+            with errlog.open("wb") as err:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+            try:
+                deadline = time.monotonic() + timeout
+                waiting = set(ports)
+                while waiting and proc.poll() is None and time.monotonic() < deadline:
+                    waiting = {n for n in waiting if not _accepts(ports[n])}
+                    if waiting:
+                        time.sleep(0.1)
+                if not waiting and proc.poll() is None:
+                    yield ports
+                    return
+                message = _last_line(errlog)
+                if proc.poll() is not None and attempt < attempts and (
+                    "in use" in message.lower() or "cannot listen" in message.lower()
+                ):
+                    continue
+                what = "exited" if proc.poll() is not None else f"did not open within {timeout:.0f}s"
+                raise OperationFailed(f"SSH tunnel to the master {what}: {message}")
+            finally:
+                _stop(proc)
+        raise OperationFailed("SSH tunnel to the master: no free local port could be bound")
+
+
+@contextmanager
+def open_tunnel(ssh_base_cmd: list[str], remote_host: str, remote_port: int, *, timeout: float = 20.0) -> Iterator[int]:
+    """`ssh -N -L 127.0.0.1:<free>:<remote_host>:<remote_port>`; yields the local port once it accepts."""
+    with open_tunnels(ssh_base_cmd, {"target": (remote_host, remote_port)}, timeout=timeout) as ports:
+        yield ports["target"]
+
+
+@contextmanager
+def open_dashboard(
+    ssh_base_cmd: Sequence[str], master_ip: str, *, provider: str, grafana: bool, timeout: float = 20.0
+) -> Iterator[dict[str, int]]:
+    """Tunnels to every monitoring service on the master; yields {service name: local port}."""
+    targets = {s.name: (master_ip, s.port) for s in services(provider=provider, grafana=grafana)}
+    with open_tunnels(ssh_base_cmd, targets, timeout=timeout) as ports:
+        yield ports
+
+
+def describe(
+    master_ip: str,
+    *,
+    provider: str,
+    grafana: bool,
+    secrets_dir: Path,
+    local_ports: Mapping[str, int] | None = None,
+    public_host: str | None = None,
+    ssh_base_cmd: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """What `deployer dashboard` shows, as a JSON-ready dict.
+
+    URLs, in order of preference: through open tunnels (`local_ports`, from
+    open_dashboard); the master's private IP when this machine is on the cluster
+    network (the local provider: the bridge is on this host); the master's public
+    address when monitoring.expose is on (`public_host`). Otherwise a service's url is
+    None and `ssh_command` (given `ssh_base_cmd`) is a command to open the tunnels by
+    hand, on the same port numbers locally.
+    """
+    entries = []
+    for s in services(provider=provider, grafana=grafana):
+        if local_ports and s.name in local_ports:
+            url, via = f"http://127.0.0.1:{local_ports[s.name]}{s.path}", "ssh tunnel"
+        elif provider == "local":
+            url, via = f"http://{master_ip}:{s.port}{s.path}", "cluster network"
+        elif public_host:
+            url, via = f"http://{public_host}:{s.port}{s.path}", "public address (security group)"
+        else:
+            url, via = None, None
+        entries.append({"name": s.name, "title": s.title, "url": url, "via": via, "remote": f"{master_ip}:{s.port}"})
+
+    notes: list[str] = []
+    login = None
+    if grafana_runs(provider, grafana):
+        login = {"user": GRAFANA_ADMIN_USER, "password_file": str(Path(secrets_dir) / GRAFANA_PASSWORD_FILE)}
+    elif grafana:
+        notes.append(
+            "Grafana runs on OpenStack only (no package source for local nodes); "
+            "Prometheus has the same data: its Graph page takes the dashboards' queries."
+        )
+    else:
+        notes.append("Grafana is off (monitoring.grafana: false).")
+
+    ssh_command = None
+    if ssh_base_cmd and any(e["url"] is None for e in entries):
+        forwards = [(s.port, master_ip, s.port) for s in services(provider=provider, grafana=grafana)]
+        ssh_command = shlex.join(tunnel_command(ssh_base_cmd, forwards))
+    return {"services": entries, "grafana_login": login, "ssh_command": ssh_command, "notes": notes}
+
+
+def render(desc: Mapping[str, Any]) -> list[str]:
+    """describe()'s result as lines for the console."""
+    lines = []
+    for e in desc["services"]:
+        where = e["url"] or f"(tunnel needed to {e['remote']})"
+        lines.append(f"{e['title']:<12} {where}")
+    login = desc.get("grafana_login")
+    if login:
+        lines.append(f"Grafana login: {login['user']} / password in {login['password_file']}")
+    if desc.get("ssh_command"):
+        lines.append(f"Tunnel by hand: {desc['ssh_command']}")
+    lines.extend(desc.get("notes", []))
+    return lines
+
+
+# ----------------------------------------------------------------------- dashboard checks
+
+
+@dataclass(frozen=True)
+class PanelQuery:
+    dashboard: str  # uid
+    panel: str  # title
+    ref_id: str
+    expr: str  # as written in the dashboard, $variables and all
+
+
+@dataclass
+class PanelCheck:
+    query: PanelQuery
+    expr: str  # with variables filled in
+    series: int = 0
+    error: str | None = None
+    unresolved: list[str] = field(default_factory=list)
+
+    @property
+    def has_data(self) -> bool:
+        return self.error is None and self.series > 0
+
+
+def load_dashboards(directory: Path = DASHBOARDS_DIR) -> dict[str, dict[str, Any]]:
+    """{file stem: dashboard JSON} for the provisioned dashboards."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))}
+
+
+def iter_panels(dashboard: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every panel, including those nested in collapsed rows."""
+    for panel in dashboard.get("panels", []):
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def panel_queries(dashboard: Mapping[str, Any]) -> list[PanelQuery]:
+    out = []
+    for panel in iter_panels(dashboard):
+        for t in panel.get("targets", []):
+            if t.get("expr") and not t.get("hide"):
+                out.append(PanelQuery(dashboard["uid"], panel.get("title", ""), t.get("refId", ""), t["expr"]))
+    return out
+
+
+def annotation_queries(dashboard: Mapping[str, Any]) -> list[PanelQuery]:
+    """Prometheus annotation queries (the "Benchmark runs" markers)."""
+    out = []
+    for a in dashboard.get("annotations", {}).get("list", []):
+        expr = (a.get("target") or {}).get("expr") or a.get("expr")
+        if expr and a.get("enable", True):
+            out.append(PanelQuery(dashboard["uid"], f"annotation: {a.get('name', '')}", "Anno", expr))
+    return out
+
+
+_VAR = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
+_LABEL_VALUES = re.compile(r"^\s*label_values\(\s*(?:(?P<sel>.+?)\s*,\s*)?(?P<label>\w+)\s*\)\s*$", re.S)
+
+
+def expand(expr: str, values: Mapping[str, str]) -> tuple[str, list[str]]:
+    """Fill Grafana variables in; returns the expression and the names left unresolved."""
+    missing: list[str] = []
+
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(2) or m.group(3)
+        if name in values:
+            return values[name]
+        missing.append(name)
+        return m.group(0)
+
+    return _VAR.sub(sub, expr), missing
+
+
+def _sort_values(values: list[str], sort: int) -> list[str]:
+    def num(v: str) -> float:
+        try:
+            return float(v)
+        except ValueError:
+            return float("inf")
+
+    if sort in (1, 2):
+        return sorted(values, reverse=sort == 2)
+    if sort in (3, 4):
+        return sorted(values, key=num, reverse=sort == 4)
+    return values
+
+
+def resolve_variables(
+    dashboard: Mapping[str, Any],
+    label_values: Callable[[str | None, str], list[str]],
+    *,
+    rate_interval: str = "1m",
+    interval: str = "15s",
+    range_: str = "1h",
+) -> dict[str, str]:
+    """The value Grafana would select for each template variable when the dashboard opens.
+
+    "All" (includeAll with allValue) is chosen where offered; otherwise the first
+    value in the variable's sort order. `label_values(selector, label)` answers a
+    label_values() query. A variable without values is left out.
+    """
+    values = {"__rate_interval": rate_interval, "__interval": interval, "__range": range_}
+    for var in dashboard.get("templating", {}).get("list", []):
+        name = var["name"]
+        if var.get("type") == "constant":
+            values[name] = str(var.get("query", ""))
+            continue
+        if var.get("type") != "query":
+            continue
+        if var.get("includeAll") and var.get("allValue"):
+            values[name] = var["allValue"]
+            continue
+        query = var.get("query")
+        if isinstance(query, dict):
+            query = query.get("query", "")
+        query, _ = expand(query or "", values)
+        m = _LABEL_VALUES.match(query)
+        if not m:
+            continue
+        found = _sort_values(label_values(m.group("sel"), m.group("label")), int(var.get("sort") or 0))
+        if found:
+            values[name] = found[0]
+    return values
+
+
+class PrometheusAPI:
+    """The few calls of Prometheus's HTTP API that the checks need (stdlib only)."""
+
+    def __init__(self, url: str, *, timeout: float = 10.0):
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def get(self, path: str, **params: Any) -> Any:
+        query = urllib.parse.urlencode(params, doseq=True)
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}?{query}", timeout=self.timeout) as r:
+                body = json.load(r)
+        except urllib.error.HTTPError as e:  # 400/422: a bad query; the body says why
+            try:
+                body = json.load(e)
+            except ValueError:
+                raise OperationFailed(f"Prometheus {path}: HTTP {e.code}") from None
+        if body.get("status") != "success":
+            raise OperationFailed(f"Prometheus {path}: {body.get('error', body)}")
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        data = self.get("/api/v1/query", query=expr)
+        return data["result"] if data["resultType"] in ("vector", "matrix") else [data["result"]]
+
+    def label_values(self, selector: str | None, label: str) -> list[str]:
+        params: dict[str, Any] = {}
+        if selector:
+            params["match[]"] = selector
+        return list(self.get(f"/api/v1/label/{label}/values", **params))
+
+    def targets(self) -> list[dict[str, Any]]:
+        return self.get("/api/v1/targets", state="active")["activeTargets"]
+
+
+def check_dashboards(
+    prometheus_url: str, dashboards: Mapping[str, Mapping[str, Any]] | None = None, *, rate_interval: str = "1m"
+) -> list[PanelCheck]:
+    """Run every panel and annotation query of every dashboard as an instant query; one PanelCheck each."""
+    api = PrometheusAPI(prometheus_url)
+    checks = []
+    for dash in (dashboards or load_dashboards()).values():
+        values = resolve_variables(dash, api.label_values, rate_interval=rate_interval)
+        for q in panel_queries(dash) + annotation_queries(dash):
+            expr, missing = expand(q.expr, values)
+            check = PanelCheck(q, expr, unresolved=missing)
+            if missing:
+                check.error = f"no value for ${', $'.join(missing)}"
+            else:
+                try:
+                    check.series = len(api.query(expr))
+                except (OSError, OperationFailed) as e:
+                    check.error = str(getattr(e, "reason", None) or e)
+            checks.append(check)
+    return checks

@@ -1,0 +1,168 @@
+"""Benchmark results → Prometheus, through the Pushgateway on the master.
+
+`deployer bench` calls push_bench_results() once per run. Every run is its own
+Pushgateway group (job="deployer_bench", run_id=<id>), so runs never overwrite each
+other and re-pushing a run replaces only that run. Prometheus scrapes the Pushgateway
+with honor_labels, so the series keep job="deployer_bench" and run_id; the Grafana
+"Benchmarks" dashboard (monitoring/grafana/dashboards/benchmarks.json) reads them.
+
+Series (all gauges; run_id comes from the grouping key):
+
+    deployer_bench_img_per_sec{nodes,model,mode}            total images/sec of the job
+    deployer_bench_img_per_sec_per_rank{nodes,model,mode}
+    deployer_bench_efficiency{nodes,model,mode}             E(N) = T_N / (N · T_1)
+    deployer_bench_ranks{nodes,model,mode}
+    deployer_bench_allreduce_busbw_gb_s{nodes,bytes}
+    deployer_bench_allreduce_algbw_gb_s{nodes,bytes}
+    deployer_bench_allreduce_time_us{nodes,bytes}
+    deployer_bench_allreduce_errors{nodes,bytes}            the sweep's "wrong" count
+    deployer_bench_link_gbit_s{tool}                        iperf3 between two nodes
+    deployer_bench_run_timestamp_seconds{model,mode}        when the run happened
+    deployer_bench_info{<versions>}                         1, versions as labels
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Mapping
+from urllib.error import URLError
+
+from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
+
+from .errors import OperationFailed
+
+JOB = "deployer_bench"
+PUSHGATEWAY_PORT = 9091
+PREFIX = "deployer_bench_"
+
+_LABEL_NAME = re.compile(r"[^a-zA-Z0-9_]")
+# Labels the Pushgateway or the grouping key own; a version key may not take them.
+_RESERVED = {"job", "instance", "run_id"}
+
+
+def gateway_url(host: str, port: int = PUSHGATEWAY_PORT) -> str:
+    """The Pushgateway's URL on a host (the master's private IP, or 127.0.0.1 through a tunnel)."""
+    return f"http://{host}:{port}"
+
+
+def _label(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _number(value: Any) -> float | None:
+    """A finite-or-not float, or None for a missing value (which is then not exported)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _run_mode(result: Mapping[str, Any]) -> tuple[str, str]:
+    versions = result.get("versions") or {}
+    rows = result.get("results") or []
+    model = versions.get("model") or next((r.get("model") for r in rows if r.get("model")), "")
+    mode = versions.get("mode")
+    if not mode:
+        modes = sorted({r.get("mode") for r in rows if r.get("mode")})
+        mode = ",".join(modes)
+    return _label(model), _label(mode)
+
+
+def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> CollectorRegistry:
+    """The gauges of one benchmark run, in a registry of their own (ready to push).
+
+    `result` follows the bench result schema: run_id, results[], allreduce[], link,
+    versions. A row's own "model"/"mode" win over versions["model"/"mode"]. Missing or
+    null numbers are left out rather than exported as 0. The run's timestamp is
+    result["timestamp"] (Unix seconds) when present, else `now` or the current time.
+    """
+    if not result.get("run_id"):
+        raise ValueError("bench result has no run_id")
+    reg = CollectorRegistry()
+    run_model, run_mode = _run_mode(result)
+    versions = result.get("versions") or {}
+
+    row_labels = ("nodes", "model", "mode")
+    img = Gauge(PREFIX + "img_per_sec", "Total images/sec of the benchmark at this node count", row_labels, registry=reg)
+    per_rank = Gauge(PREFIX + "img_per_sec_per_rank", "Images/sec of one rank", row_labels, registry=reg)
+    eff = Gauge(PREFIX + "efficiency", "Scaling efficiency E(N) = T_N / (N * T_1), 1 = linear", row_labels, registry=reg)
+    ranks = Gauge(PREFIX + "ranks", "Ranks (processes) the benchmark ran at this node count", row_labels, registry=reg)
+    for row in result.get("results") or []:
+        labels = (
+            _label(row.get("nodes")),
+            _label(row.get("model") or run_model),
+            _label(row.get("mode") or run_mode),
+        )
+        for gauge, key in ((img, "img_per_sec"), (per_rank, "img_per_sec_per_rank"), (eff, "efficiency"), (ranks, "ranks")):
+            value = _number(row.get(key))
+            if value is not None:
+                gauge.labels(*labels).set(value)
+
+    ar_labels = ("nodes", "bytes")
+    busbw = Gauge(PREFIX + "allreduce_busbw_gb_s", "Allreduce bus bandwidth, GB/s (algbw * 2(n-1)/n)", ar_labels, registry=reg)
+    algbw = Gauge(PREFIX + "allreduce_algbw_gb_s", "Allreduce algorithm bandwidth, GB/s (bytes / time)", ar_labels, registry=reg)
+    ar_time = Gauge(PREFIX + "allreduce_time_us", "Allreduce time per call, microseconds", ar_labels, registry=reg)
+    wrong = Gauge(PREFIX + "allreduce_errors", "Allreduce results that failed the correctness check", ar_labels, registry=reg)
+    for row in result.get("allreduce") or []:
+        labels = (_label(row.get("nodes")), _label(row.get("bytes")))
+        for gauge, key in ((busbw, "busbw_gb_s"), (algbw, "algbw_gb_s"), (ar_time, "time_us"), (wrong, "wrong")):
+            value = _number(row.get(key))
+            if value is not None:
+                gauge.labels(*labels).set(value)
+
+    link = result.get("link")
+    if link and _number(link.get("gbit_s")) is not None:
+        Gauge(PREFIX + "link_gbit_s", "Point-to-point link rate between two nodes, Gbit/s", ("tool",), registry=reg).labels(
+            _label(link.get("tool") or "iperf3")
+        ).set(_number(link["gbit_s"]))
+
+    stamp = _number(result.get("timestamp"))
+    if stamp is None:
+        stamp = time.time() if now is None else now
+    Gauge(PREFIX + "run_timestamp_seconds", "When the benchmark run happened (Unix seconds)", ("model", "mode"), registry=reg).labels(
+        run_model, run_mode
+    ).set(stamp)
+
+    info_labels: dict[str, str] = {}
+    for key, value in versions.items():
+        name = _LABEL_NAME.sub("_", str(key))
+        if not name or name[0].isdigit() or name.startswith("__") or name in _RESERVED:
+            name = f"v_{name.lstrip('_')}"
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            info_labels[name] = _label(value)
+    if info_labels:
+        names = sorted(info_labels)
+        Gauge(PREFIX + "info", "Software versions of the benchmark run (value 1)", names, registry=reg).labels(
+            *(info_labels[n] for n in names)
+        ).set(1)
+    return reg
+
+
+def push_bench_results(gateway_url: str, result: dict, *, timeout: float = 10.0) -> None:
+    """Push one run's results to the Pushgateway at `gateway_url` ("http://10.77.0.10:9091").
+
+    Replaces the group job="deployer_bench", run_id=<run_id> and nothing else.
+    Raises OperationFailed (one line, no traceback) when the Pushgateway cannot be
+    reached or refuses the push; ValueError when `result` has no run_id.
+    """
+    reg = bench_registry(result)
+    try:
+        push_to_gateway(
+            gateway_url,
+            job=JOB,
+            registry=reg,
+            grouping_key={"run_id": str(result["run_id"])},
+            timeout=timeout,
+        )
+    except (URLError, OSError) as e:
+        reason = getattr(e, "reason", None) or e
+        raise OperationFailed(
+            f"could not push benchmark results to the Pushgateway at {gateway_url}: {reason}"
+        ) from None

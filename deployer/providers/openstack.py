@@ -1,0 +1,108 @@
+"""The OpenStack provider: preflight through openstacksdk, variables for terraform/openstack.
+
+Making machines is Terraform's (terraform/openstack); setting them up is Ansible's and
+reads only the `cluster` output. This class answers the four questions of base.py and
+keeps openstacksdk out of import time (openstack_preflight imports it lazily).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import ui
+from ..errors import OperationFailed
+
+if TYPE_CHECKING:
+    from ..spec import ClusterSpec
+    from ..state import ClusterState
+    from .openstack_preflight import PreflightResult
+
+UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
+
+
+class OpenStackProvider:
+    name = "openstack"
+
+    def __init__(self) -> None:
+        self._checked: PreflightResult | None = None
+
+    # ---- base.Provider -------------------------------------------------------------------
+
+    def preflight(self, spec: ClusterSpec, state: ClusterState) -> None:
+        """Auth, flavor, image, networks, key pair, floating IP and quotas; creates nothing."""
+        from .openstack_preflight import check
+
+        with ui.status(f"Checking OpenStack project for {spec.nodes} node(s) of {spec.openstack.flavor}"):
+            result = check(spec)
+        for w in result.warnings:
+            ui.warn(w)
+        gpus = f", {result.gpus_per_node} GPU(s) each" if result.gpus_per_node else ""
+        grow = f" ({len(result.existing_nodes)} exist)" if result.existing_nodes else ""
+        ui.ok(
+            f"OpenStack: {spec.nodes} × {result.flavor} ({result.vcpus} vCPUs, {result.ram_mb // 1024} GiB{gpus}) "
+            f"fit the project's quotas{grow}"
+        )
+        self._checked = result
+
+    def tfvars(self, spec: ClusterSpec, state: ClusterState) -> dict[str, Any]:
+        """Every variable of terraform/openstack that has no default, and the ones the spec sets.
+
+        A None is left out, so Terraform takes the variable's default (null).
+        """
+        o = spec.openstack
+        m = spec.monitoring
+        expose = bool(m.enabled and m.expose)
+        image_key = "image_id" if UUID.match(o.image) else "image_name"
+        values: dict[str, Any] = {
+            "cloud": o.cloud,
+            "cluster_name": spec.name,
+            "node_count": spec.nodes,
+            "ssh_user": spec.ssh_user,
+            "shared_dir": spec.shared_dir,
+            "flavor_name": o.flavor,
+            image_key: o.image,
+            "key_pair": o.key_pair,
+            "public_key": self._public_key(state),
+            "enable_gpu": o.enable_gpu,
+            "gpus_per_node": self._gpus_per_node(spec, state),
+            "external_network": o.external_network,
+            "floating_ip": o.floating_ip,
+            "create_network": o.network is None,
+            "network_cidr": str(o.network_cidr),
+            "network_name": o.network,
+            "admin_cidr": str(o.admin_cidr),
+            "monitoring_expose": expose,
+            "monitoring_allowed_cidrs": [str(c) for c in m.allowed_cidrs] if expose else [],
+            "volume_size": o.volume_size,
+            # Proposed spec keys (see docs/openstack.md); read only when the spec has them.
+            "volume_type": getattr(o, "volume_type", None),
+        }
+        return {k: v for k, v in values.items() if v is not None}
+
+    def prepare(self, spec: ClusterSpec, state: ClusterState) -> None:
+        """Nothing to build ahead of Terraform on a cloud."""
+
+    def leftovers(self, spec: ClusterSpec, state: ClusterState) -> list[str]:
+        from .openstack_preflight import leftovers
+
+        return leftovers(spec)
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _public_key(state: ClusterState) -> str:
+        path = Path(state.ssh_public_key)
+        try:
+            return path.read_text().strip()
+        except OSError as e:
+            raise OperationFailed(f"cannot read the cluster's public key {path}: {e.strerror}") from None
+
+    def _gpus_per_node(self, spec: ClusterSpec, state: ClusterState) -> int:
+        """From this run's preflight (the flavor's extra specs); else the spec's default."""
+        if not spec.openstack.enable_gpu:
+            return 0
+        if self._checked is not None and self._checked.flavor == spec.openstack.flavor:
+            return self._checked.gpus_per_node
+        return max(1, spec.gpus_per_node)

@@ -1,0 +1,93 @@
+# The cluster network: a dedicated network + subnet + router to the external
+# network (create_network = true), or an existing network of the project.
+
+data "openstack_networking_network_v2" "external" {
+  name     = var.external_network
+  external = true
+}
+
+resource "openstack_networking_network_v2" "cluster" {
+  count          = var.create_network ? 1 : 0
+  name           = "${var.cluster_name}-net"
+  description    = "deployer cluster ${var.cluster_name}"
+  admin_state_up = true
+  tags           = local.tags
+}
+
+resource "openstack_networking_subnet_v2" "cluster" {
+  count       = var.create_network ? 1 : 0
+  name        = "${var.cluster_name}-subnet"
+  network_id  = openstack_networking_network_v2.cluster[0].id
+  cidr        = var.network_cidr
+  ip_version  = 4
+  enable_dhcp = true
+  tags        = local.tags
+}
+
+resource "openstack_networking_router_v2" "cluster" {
+  count               = var.create_network ? 1 : 0
+  name                = "${var.cluster_name}-router"
+  description         = "deployer cluster ${var.cluster_name}: NAT and floating IPs"
+  admin_state_up      = true
+  external_network_id = data.openstack_networking_network_v2.external.id
+  tags                = local.tags
+}
+
+resource "openstack_networking_router_interface_v2" "cluster" {
+  count     = var.create_network ? 1 : 0
+  router_id = openstack_networking_router_v2.cluster[0].id
+  subnet_id = openstack_networking_subnet_v2.cluster[0].id
+}
+
+data "openstack_networking_network_v2" "existing" {
+  count = var.create_network ? 0 : 1
+  name  = var.network_name
+}
+
+# The deployer's preflight checks that an existing network has exactly one IPv4
+# subnet; every node gets its address there.
+data "openstack_networking_subnet_v2" "existing" {
+  count      = var.create_network ? 0 : 1
+  network_id = data.openstack_networking_network_v2.existing[0].id
+  ip_version = 4
+}
+
+locals {
+  network_id   = var.create_network ? openstack_networking_network_v2.cluster[0].id : data.openstack_networking_network_v2.existing[0].id
+  subnet_id    = var.create_network ? openstack_networking_subnet_v2.cluster[0].id : data.openstack_networking_subnet_v2.existing[0].id
+  cluster_cidr = var.create_network ? openstack_networking_subnet_v2.cluster[0].cidr : data.openstack_networking_subnet_v2.existing[0].cidr
+}
+
+# One port per node, keyed by name: the security groups sit on the ports (not on
+# the instances), and the master's port is what the floating IP points at.
+resource "openstack_networking_port_v2" "node" {
+  for_each       = module.design.nodes
+  name           = "${each.key}-port"
+  network_id     = local.network_id
+  admin_state_up = true
+  security_group_ids = concat(
+    [openstack_networking_secgroup_v2.cluster.id],
+    each.value.role == "master" ? [openstack_networking_secgroup_v2.master.id] : [],
+  )
+  tags = local.tags
+
+  fixed_ip {
+    subnet_id = local.subnet_id
+  }
+}
+
+# A floating IP on the master only; workers are reached through it (access = "via_master").
+resource "openstack_networking_floatingip_v2" "master" {
+  count       = var.floating_ip == null ? 1 : 0
+  pool        = var.external_network
+  description = "deployer ${var.cluster_name} master"
+  tags        = local.tags
+}
+
+resource "openstack_networking_floatingip_associate_v2" "master" {
+  floating_ip = var.floating_ip != null ? var.floating_ip : openstack_networking_floatingip_v2.master[0].address
+  port_id     = openstack_networking_port_v2.node[local.master].id
+
+  # A floating IP needs the subnet routed to the external network first.
+  depends_on = [openstack_networking_router_interface_v2.cluster]
+}

@@ -1,0 +1,26 @@
+output "cluster" {
+  description = "The provider-blind cluster description (shared/DESIGN.md, 'The cluster output contract'), plus shared_device and cluster_cidr for the NFS roles."
+  value = {
+    name       = var.cluster_name
+    provider   = "openstack"
+    ssh_user   = var.ssh_user
+    shared_dir = var.shared_dir
+    # Only the master has a public address; workers are reached through it.
+    access = "via_master"
+    nodes = [
+      for name in module.design.names : {
+        name       = name
+        role       = module.design.nodes[name].role
+        private_ip = openstack_networking_port_v2.node[name].all_fixed_ips[0]
+        public_ip  = module.design.nodes[name].role == "master" ? openstack_networking_floatingip_associate_v2.master.floating_ip : null
+        gpus       = module.design.nodes[name].gpus
+      }
+    ]
+    # Extra keys (OpenStack only): the master's block device for the shared volume,
+    # and the private subnet that NFS is exported to.
+    shared_device = local.shared_device
+    cluster_cidr  = local.cluster_cidr
+  }
+
+  depends_on = [openstack_compute_volume_attach_v2.shared, openstack_compute_instance_v2.node]
+}

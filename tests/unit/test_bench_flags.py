@@ -1,0 +1,119 @@
+"""deployer.bench: flag validation, the remote command strings, output parsing."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import pytest
+
+from deployer import bench
+from deployer.errors import UsageError
+
+
+def cluster(n: int = 3, gpus: int = 0, user: str = "root") -> dict:
+    nodes = [{"name": f"demo-{'master' if i == 0 else f'worker-{i}'}", "role": "master" if i == 0 else "worker",
+              "private_ip": f"10.10.0.{10 + i}", "public_ip": None, "gpus": gpus} for i in range(n)]
+    return {"name": "demo", "provider": "local", "ssh_user": user, "shared_dir": "/shared", "nodes": nodes}
+
+
+@pytest.mark.parametrize("text,size,expect", [
+    ("1,2,4", 4, (1, 2, 4)),
+    (" 4, 1 ,2", 4, (1, 2, 4)),
+    ("3", 3, (3,)),
+    (None, 3, (1, 2, 3)),
+    (None, 8, (1, 2, 4, 8)),
+    (None, 6, (1, 2, 4, 6)),
+    (None, 1, (1,)),
+])
+def test_node_counts(text, size, expect):
+    assert bench.parse_node_counts(text, size) == expect
+
+
+@pytest.mark.parametrize("text,fix", [
+    ("a,b", "use e.g. --nodes 1,2,4"),
+    ("1,,2", "use e.g. --nodes 1,2,4"),
+    ("1.5", "use e.g. --nodes 1,2,4"),
+    ("-1,2", "use e.g. --nodes 1,2,4"),
+    ("0,1", "start at 1"),
+    ("1,2,2", "repeats"),
+    ("1,4", "scale the cluster up"),
+])
+def test_node_counts_rejected(text, fix):
+    with pytest.raises(UsageError) as e:
+        bench.parse_node_counts(text, 3)
+    assert fix in str(e.value) and "\n" not in str(e.value)
+    assert e.value.exit_code == 2
+
+
+@pytest.mark.parametrize("flags,fix", [
+    ({"model": "vgg16"}, "resnet18"),
+    ({"batch_size": 0}, "--batch-size"),
+    ({"image_size": 16}, "--image-size"),
+    ({"mode": "pipeline"}, "dp or ensemble"),
+    ({"num_iters": 0}, "--num-iters"),
+    ({"allreduce_max": "lots"}, "K/M/G"),
+    ({"allreduce_min": "1M", "allreduce_max": "1K"}, "min <= max"),
+    ({"allreduce_backend": "nccl"}, "auto, mpi, torch"),
+])
+def test_options_rejected(flags, fix):
+    with pytest.raises(UsageError) as e:
+        bench.make_options(cluster(), nodes="1,2", **flags)
+    assert fix in str(e.value)
+
+
+def test_options_accepted():
+    o = bench.make_options(cluster(), nodes="3,1", model="resnet18", batch_size=4, image_size=32,
+                           mode="ensemble", allreduce_max="1G")
+    assert o.nodes == (1, 3) and o.mode == "ensemble" and bench.size_bytes(o.allreduce_max) == 1 << 30
+
+
+def test_mpirun_command_cpu_root():
+    c = cluster(3)
+    cmd = bench.mpirun_cmd(c, "r1", 2, 600, "resnet_synthetic.py",
+                           bench.resnet_args(bench.make_options(c, nodes="2", fp16_allreduce=True), "dp"))
+    argv = shlex.split(cmd)
+    assert argv[:4] == ["timeout", "--kill-after=30", "600", "mpirun"]
+    assert "--allow-run-as-root" in argv
+    assert argv[argv.index("--hostfile") + 1] == "/shared/bench/r1/hostfile.2"
+    assert argv[argv.index("-np") + 1] == "2"  # one rank per CPU node
+    i = argv.index("python")
+    assert argv[i + 1] == "/shared/benchmarks/resnet_synthetic.py"
+    assert {"--json", "--fp16-allreduce"} <= set(argv[i:])
+    assert argv[argv.index("--mode") + 1] == "dp"
+
+
+def test_mpirun_command_gpus_counts_slots():
+    c = cluster(3, gpus=8, user="ubuntu")
+    argv = shlex.split(bench.mpirun_cmd(c, "r1", 3, 60, "allreduce.py", ["--json"]))
+    assert argv[argv.index("-np") + 1] == "24"
+    assert "--allow-run-as-root" not in argv
+
+
+def test_hostfiles_and_cleanup_commands():
+    c = cluster(3)
+    assert bench.hostfiles_cmd(c, "r1", (1, 2, 3)) == (
+        "mkdir -p /shared/bench/r1 && for n in 1 2 3; do head -n $n /shared/hostfile > "
+        "/shared/bench/r1/hostfile.$n; done")
+    cmd = bench.cleanup_cmd(c)
+    for ip in ("10.10.0.10", "10.10.0.11", "10.10.0.12"):
+        assert ip in cmd
+    # the pkill pattern, after both shells unquote it, matches the ranks' command lines
+    # but not the cleanup command itself (else pkill would kill its own shell)
+    remote = shlex.split(cmd.split(" $h ", 1)[1].split(";")[0])[0]
+    pattern = shlex.split(remote)[2]
+    assert re.search(pattern, "python /shared/benchmarks/resnet_synthetic.py --json")
+    assert not re.search(pattern, cmd)
+
+
+def test_parse_json_line():
+    out = "Model: resnet18\nTotal img/sec on 2 CPU(s): 30.0 +-1.0\n" + json.dumps({"img_per_sec": 30.0}) + "\n"
+    assert bench.parse_json_line(out, "x") == {"img_per_sec": 30.0}
+    with pytest.raises(bench.OperationFailed, match="no JSON"):
+        bench.parse_json_line("Model: resnet18\n", "resnet")
+
+
+def test_parse_iperf():
+    out = json.dumps({"end": {"sum_received": {"bits_per_second": 9.41e9}, "sum_sent": {}}})
+    assert bench.parse_iperf("warning first\n" + out) == pytest.approx(9.41)

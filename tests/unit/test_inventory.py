@@ -1,0 +1,92 @@
+"""Inventory and hostfile rendering from the `cluster` output contract."""
+
+import shlex
+
+import pytest
+import yaml
+
+from deployer import inventory
+from deployer.errors import UsageError
+from deployer.spec import ClusterSpec
+from deployer.state import ClusterState
+
+LOCAL = {
+    "name": "demo",
+    "provider": "local",
+    "ssh_user": "deployer",
+    "shared_dir": "/shared",
+    "access": "direct",
+    "nodes": [
+        {"name": "demo-master", "role": "master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10", "gpus": 0},
+        {"name": "demo-worker-1", "role": "worker", "private_ip": "10.77.0.11", "public_ip": None, "gpus": 0},
+        {"name": "demo-worker-2", "role": "worker", "private_ip": "10.77.0.12", "public_ip": None, "gpus": 0},
+    ],
+}
+
+CLOUD = {
+    "name": "gpu",
+    "provider": "openstack",
+    "ssh_user": "ubuntu",
+    "shared_dir": "/shared",
+    "access": "via_master",
+    "nodes": [
+        {"name": "gpu-master", "role": "master", "private_ip": "192.168.77.10", "public_ip": "203.0.113.5", "gpus": 2},
+        {"name": "gpu-worker-1", "role": "worker", "private_ip": "192.168.77.11", "public_ip": None, "gpus": 2},
+    ],
+}
+
+
+def test_hostfile_one_line_per_node_slots_are_gpus_or_one():
+    assert inventory.hostfile(LOCAL) == "10.77.0.10 slots=1\n10.77.0.11 slots=1\n10.77.0.12 slots=1\n"
+    assert inventory.hostfile(CLOUD) == "192.168.77.10 slots=2\n192.168.77.11 slots=2\n"
+
+
+def test_groups_and_host_vars(tmp_path):
+    st = ClusterState(tmp_path, "demo")
+    inv = inventory.render(LOCAL, ClusterSpec(nodes=3), st)["all"]
+    assert list(inv["hosts"]) == ["demo-master", "demo-worker-1", "demo-worker-2"]
+    assert list(inv["children"]["master"]["hosts"]) == ["demo-master"]
+    assert list(inv["children"]["workers"]["hosts"]) == ["demo-worker-1", "demo-worker-2"]
+    assert inv["children"]["gpu"]["hosts"] == {}
+    w = inv["hosts"]["demo-worker-2"]
+    assert (w["ansible_host"], w["private_ip"], w["node_role"], w["node_index"], w["gpus"]) == ("10.77.0.12", "10.77.0.12", "worker", 2, 0)
+    assert inv["vars"]["deployer_cluster_cidr"] == "10.77.0.0/24"
+    assert inv["vars"]["deployer_provider"] == "local"
+
+
+def test_host_key_checking_stays_on_and_keys_are_pinned(tmp_path):
+    st = ClusterState(tmp_path, "demo")
+    for host in inventory.render(LOCAL, ClusterSpec(nodes=3), st)["all"]["hosts"].values():
+        args = shlex.split(host["ansible_ssh_common_args"])
+        assert "StrictHostKeyChecking=yes" in args
+        assert f"UserKnownHostsFile={st.known_hosts}" in args
+        assert not any("StrictHostKeyChecking=no" in a for a in args)
+
+
+def test_cloud_workers_hop_through_the_master(tmp_path):
+    st = ClusterState(tmp_path, "gpu")
+    spec = ClusterSpec(name="gpu", provider="openstack", nodes=2)
+    hosts = inventory.render(CLOUD, spec, st)["all"]["hosts"]
+    assert "ProxyCommand" not in hosts["gpu-master"]["ansible_ssh_common_args"]
+    proxy = hosts["gpu-worker-1"]["ansible_ssh_common_args"]
+    assert "ProxyCommand=" in proxy and "ubuntu@203.0.113.5" in proxy and "StrictHostKeyChecking=yes" in proxy
+    assert hosts["gpu-worker-1"]["ansible_host"] == "192.168.77.11"
+    inv = inventory.render(CLOUD, spec, st)["all"]
+    assert list(inv["children"]["gpu"]["hosts"]) == ["gpu-master", "gpu-worker-1"]
+
+
+def test_write_produces_yaml_and_hostfile(tmp_path):
+    st = ClusterState(tmp_path, "demo")
+    path = inventory.write(LOCAL, ClusterSpec(nodes=3), st)
+    assert yaml.safe_load(path.read_text())["all"]["hosts"]["demo-master"]["ansible_user"] == "deployer"
+    assert (st.inventory_dir / "hostfile").read_text().count("\n") == 3
+
+
+@pytest.mark.parametrize("query, expected", [(None, "demo-master"), ("master", "demo-master"), ("worker-2", "demo-worker-2"), ("demo-worker-1", "demo-worker-1"), ("10.77.0.11", "demo-worker-1")])
+def test_find_node(query, expected):
+    assert inventory.find_node(LOCAL, query)["name"] == expected
+
+
+def test_find_node_unknown_lists_the_choices():
+    with pytest.raises(UsageError, match="demo-master, demo-worker-1"):
+        inventory.find_node(LOCAL, "worker-9")

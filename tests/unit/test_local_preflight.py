@@ -1,0 +1,72 @@
+"""Local provider preflight: refuses, with the fix named, before anything exists."""
+
+import ipaddress
+
+import pytest
+
+from deployer.errors import PreflightError
+from deployer.providers import local
+from deployer.spec import ClusterSpec
+from deployer.state import ClusterState
+
+
+@pytest.fixture
+def healthy(monkeypatch):
+    monkeypatch.setattr(local.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(local.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(local, "_mem_available_mb", lambda: 16000)
+    monkeypatch.setattr(local, "_host_routes", lambda: [(ipaddress.IPv4Network("192.0.2.0/24"), "eth0")])
+
+
+def check(tmp_path, **kw):
+    spec = ClusterSpec(**kw)
+    local.LocalProvider().preflight(spec, ClusterState(tmp_path, spec.name))
+    return spec
+
+
+def test_healthy_host_passes(healthy, tmp_path):
+    check(tmp_path, nodes=8)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_not_root(healthy, monkeypatch, tmp_path):
+    monkeypatch.setattr(local.os, "geteuid", lambda: 1000)
+    with pytest.raises(PreflightError, match="run as root"):
+        check(tmp_path, nodes=1)
+
+
+@pytest.mark.parametrize("tool, package", [("lxc-start", "lxc"), ("debootstrap", "debootstrap"), ("nft", "nftables")])
+def test_missing_tool_names_the_package(healthy, monkeypatch, tmp_path, tool, package):
+    monkeypatch.setattr(local.shutil, "which", lambda t: None if t == tool else f"/usr/bin/{t}")
+    with pytest.raises(PreflightError, match=f"apt-get install {package}"):
+        check(tmp_path, nodes=1)
+
+
+def test_too_many_nodes_for_memory_names_the_largest_that_fits(healthy, monkeypatch, tmp_path):
+    monkeypatch.setattr(local, "_mem_available_mb", lambda: 1024 + 4 * 1536 + 100)
+    check(tmp_path, nodes=4)
+    with pytest.raises(PreflightError, match="use --nodes 4 or less"):
+        check(tmp_path, nodes=5)
+
+
+def test_subnet_colliding_with_a_host_route(healthy, monkeypatch, tmp_path):
+    monkeypatch.setattr(local, "_host_routes", lambda: [(ipaddress.IPv4Network("10.77.0.0/16"), "eth1")])
+    with pytest.raises(PreflightError, match="collides with the host route 10.77.0.0/16 on eth1"):
+        check(tmp_path, nodes=2)
+
+
+def test_own_bridge_route_is_not_a_collision(healthy, monkeypatch, tmp_path):
+    monkeypatch.setattr(local, "_host_routes", lambda: [(ipaddress.IPv4Network("10.77.0.0/24"), "dpl-demo")])
+    check(tmp_path, nodes=2)
+
+
+def test_real_route_table_parses():
+    # Reads this machine's own routes through `ip -j`: every entry is a network.
+    assert all(isinstance(net, ipaddress.IPv4Network) for net, _ in local._host_routes())
+
+
+@pytest.mark.parametrize("name", ["demo", "abcdefghijk", "a-very-long-name-20c"])
+def test_bridge_names_fit_ifnamsiz(name):
+    b = local.bridge_name(name)
+    assert len(b) <= 15 and b.startswith("dpl-")
+    assert local.bridge_name(name) == b  # stable

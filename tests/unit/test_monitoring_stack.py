@@ -1,0 +1,198 @@
+"""The monitoring stack end to end on 127.0.0.1: node_exporter, Pushgateway and Prometheus.
+
+Prometheus runs with the scrape configuration the prometheus role renders (Ansible's
+template module over a one-node inventory whose private_ip is 127.0.0.1) and the real
+alerting rules; a benchmark result is pushed with deployer.metrics; then every panel
+query of every dashboard is run the way Grafana would (deployer.dashboard). This is
+the local stand-in for tests/integration/test_monitoring_live.py.
+
+Needs the Debian/Ubuntu packages prometheus, prometheus-node-exporter and
+prometheus-pushgateway (binaries only; nothing is installed as a service); skipped
+without them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deployer import dashboard, metrics
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES_DIR = REPO / "ansible" / "roles"
+BIN = Path(sys.executable).parent
+ANSIBLE_PLAYBOOK = str(BIN / "ansible-playbook") if (BIN / "ansible-playbook").exists() else shutil.which("ansible-playbook")
+BINARIES = {
+    "prometheus": shutil.which("prometheus"),
+    "node_exporter": shutil.which("prometheus-node-exporter") or shutil.which("node_exporter"),
+    "pushgateway": shutil.which("prometheus-pushgateway") or shutil.which("pushgateway"),
+}
+missing = [n for n, path in BINARIES.items() if path is None] + ([] if ANSIBLE_PLAYBOOK else ["ansible-playbook"])
+pytestmark = pytest.mark.skipif(
+    bool(missing), reason=f"not installed: {', '.join(missing)} (apt-get install prometheus prometheus-node-exporter prometheus-pushgateway)"
+)
+
+RESULT = {
+    "run_id": "20250101T120000Z",
+    "results": [
+        {"nodes": 1, "ranks": 1, "img_per_sec": 50.0, "img_per_sec_per_rank": 50.0, "efficiency": 1.0},
+        {"nodes": 2, "ranks": 2, "img_per_sec": 95.0, "img_per_sec_per_rank": 47.5, "efficiency": 0.95},
+    ],
+    "allreduce": [{"nodes": 2, "bytes": b, "time_us": 10.0 + b / 1e3, "algbw_gb_s": 0.1, "busbw_gb_s": 0.1, "wrong": 0}
+                  for b in (1024, 65536, 1048576)],
+    "link": {"tool": "iperf3", "gbit_s": 9.4},
+    "versions": {"model": "resnet50", "mode": "data-parallel"},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url: str):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.load(r)
+
+
+def wait_ready(url: str, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"{what} did not start")
+            time.sleep(0.2)
+
+
+def render_config(tmp: Path, ports: dict[str, int], rules_dir: Path) -> Path:
+    inv = {"all": {
+        "vars": {"deployer_cluster_name": "stack", "deployer_provider": "local", "deployer_monitoring_retention": "1d",
+                 "deployer_repo_dir": str(REPO)},
+        "hosts": {"stack-master": {"private_ip": "127.0.0.1", "node_role": "master", "node_index": 0, "gpus": 0}},
+        "children": {"master": {"hosts": {"stack-master": {}}}, "workers": {"hosts": {}}, "gpu": {"hosts": {}}},
+    }}
+    (tmp / "inventory.yml").write_text(yaml.safe_dump(inv))
+    out = tmp / "prometheus.yml"
+    play = [{"hosts": "master", "gather_facts": False,
+             "vars_files": [str(ROLES_DIR / "prometheus" / "defaults" / "main.yml")],
+             "tasks": [{"ansible.builtin.template": {"src": "{{ prometheus_config_template }}", "dest": str(out),
+                                                     "mode": "0644"}}]}]
+    (tmp / "play.yml").write_text(yaml.safe_dump(play))
+    extra = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+             "prometheus_port": ports["prometheus"], "prometheus_node_exporter_port": ports["node_exporter"],
+             "prometheus_pushgateway_port": ports["pushgateway"], "prometheus_rules_dir": str(rules_dir),
+             "prometheus_scrape_interval": "1s", "prometheus_scrape_timeout": "1s",
+             "prometheus_evaluation_interval": "1s"}
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"), "ANSIBLE_LOCAL_TEMP": str(tmp / "at")}
+    r = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp / "inventory.yml"), str(tmp / "play.yml"), "-e", json.dumps(extra)],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("stack")
+    ports = {name: free_port() for name in BINARIES}
+    rules = tmp / "rules"
+    rules.mkdir()
+    for f in (REPO / "monitoring/prometheus/rules").glob("*.yml"):
+        shutil.copy(f, rules)
+    config = render_config(tmp, ports, rules)
+    fs_exclude = yaml.safe_load((ROLES_DIR / "node_exporter/defaults/main.yml").read_text())["node_exporter_fs_types_exclude"]
+    cmds = {
+        "node_exporter": [BINARIES["node_exporter"], f"--web.listen-address=127.0.0.1:{ports['node_exporter']}",
+                          f"--collector.filesystem.fs-types-exclude={fs_exclude}"],
+        "pushgateway": [BINARIES["pushgateway"], f"--web.listen-address=127.0.0.1:{ports['pushgateway']}",
+                        f"--persistence.file={tmp / 'pg.data'}"],
+        "prometheus": [BINARIES["prometheus"], f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                       "--storage.tsdb.retention.time=1d", f"--web.listen-address=127.0.0.1:{ports['prometheus']}"],
+    }
+    procs = {}
+    try:
+        for name, cmd in cmds.items():
+            procs[name] = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(tmp / f"{name}.log", "wb"))
+        wait_ready(f"http://127.0.0.1:{ports['node_exporter']}/metrics", procs["node_exporter"], "node_exporter")
+        wait_ready(f"http://127.0.0.1:{ports['pushgateway']}/-/ready", procs["pushgateway"], "pushgateway")
+        prom = f"http://127.0.0.1:{ports['prometheus']}"
+        wait_ready(f"{prom}/-/ready", procs["prometheus"], "prometheus")
+
+        metrics.push_bench_results(metrics.gateway_url("127.0.0.1", ports["pushgateway"]), RESULT)
+        api = dashboard.PrometheusAPI(prom)
+        deadline = time.monotonic() + 60
+        while True:  # until every target is up, the pushed run is scraped and rates have two samples
+            up = api.query("up")
+            ready = (up and all(r["value"][1] == "1" for r in up)
+                     and api.query("deployer_bench_run_timestamp_seconds")
+                     and api.query('rate(node_cpu_seconds_total{mode="idle"}[30s])'))
+            if ready:
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"stack not scraped in time; up={up}")
+            time.sleep(1)
+        yield prom
+    finally:
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def test_every_target_is_up(stack):
+    targets = dashboard.PrometheusAPI(stack).targets()
+    assert {t["labels"]["job"] for t in targets} == {"prometheus", "node", "pushgateway"}
+    assert all(t["health"] == "up" for t in targets), [(t["scrapeUrl"], t["lastError"]) for t in targets]
+    assert {t["labels"]["instance"] for t in targets} == {"stack-master"}
+
+
+def test_rules_are_loaded(stack):
+    groups = dashboard.PrometheusAPI(stack).get("/api/v1/rules")["groups"]
+    names = {r["name"] for g in groups for r in g["rules"]}
+    assert {"NodeDown", "DiskFillingUp", "GpuTooHot", "ScrapeFailing"} <= names
+    assert all(r["health"] == "ok" for g in groups for r in g["rules"])
+
+
+def test_pushed_series_keep_job_and_run_id(stack):
+    rows = dashboard.PrometheusAPI(stack).query("deployer_bench_img_per_sec")
+    assert {(r["metric"]["job"], r["metric"]["run_id"], r["metric"]["nodes"]) for r in rows} == {
+        ("deployer_bench", RESULT["run_id"], "1"), ("deployer_bench", RESULT["run_id"], "2")}
+
+
+def test_every_panel_query_is_valid_promql(stack):
+    checks = dashboard.check_dashboards(stack, rate_interval="30s")
+    assert checks
+    bad = [(c.query.dashboard, c.query.panel, c.expr, c.error) for c in checks
+           if c.error and not (c.query.dashboard == "deployer-gpu" and c.unresolved)]
+    assert not bad
+
+
+def test_cluster_and_benchmark_panels_have_data(stack):
+    checks = dashboard.check_dashboards(stack, rate_interval="30s")
+    empty = [(c.query.dashboard, c.query.panel, c.expr, c.error) for c in checks
+             if c.query.dashboard != "deployer-gpu" and not c.has_data]
+    assert not empty
+
+
+def test_gpu_panels_are_empty_on_a_cpu_node(stack):
+    checks = [c for c in dashboard.check_dashboards(stack, rate_interval="30s") if c.query.dashboard == "deployer-gpu"]
+    panels = [c for c in checks if not c.query.panel.startswith("annotation:")]
+    assert panels and not any(c.has_data for c in panels)
+    # The benchmark-run markers show on every dashboard, the GPU one included.
+    assert all(c.has_data for c in checks if c.query.panel.startswith("annotation:"))

@@ -1,0 +1,135 @@
+"""Spec validation: every bad input is one UsageError line (exit 2) naming the fix."""
+
+import ipaddress
+
+import pytest
+
+from deployer.errors import UsageError
+from deployer.spec import ClusterSpec, build_spec
+
+
+def test_defaults_are_local_with_a_non_root_user(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = build_spec(nodes="3")
+    assert spec.provider == "local"
+    assert spec.nodes == 3
+    assert spec.ssh_user == "deployer"
+    assert spec.shared_dir == "/shared"
+    assert spec.monitoring.enabled
+
+
+def test_openstack_defaults_to_ubuntu_user(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert build_spec(provider="openstack").ssh_user == "ubuntu"
+
+
+@pytest.mark.parametrize(
+    "nodes, fragment",
+    [("0", "at least 1"), ("-2", "at least 1"), ("two", "whole number"), ("2.5", "whole number"), ("", "whole number"), ("65", "at most 64")],
+)
+def test_bad_node_counts(nodes, fragment, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as e:
+        build_spec(nodes=nodes)
+    assert fragment in str(e.value)
+    assert "--nodes" in str(e.value)
+    assert e.value.exit_code == 2
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_provider_names_the_choices(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="use one of: local, openstack"):
+        build_spec(provider="aws")
+
+
+def test_unknown_key_in_yaml(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("nodes: 2\nnodez: 3\n")
+    with pytest.raises(UsageError, match=r"c.yaml: nodez: unknown key"):
+        build_spec(cfg)
+
+
+def test_unknown_nested_key(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("local:\n  subnett: 10.0.0.0/24\n")
+    with pytest.raises(UsageError, match=r"local.subnett: unknown key"):
+        build_spec(cfg)
+
+
+def test_malformed_yaml_names_the_line(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("nodes: 2\nlocal: [unclosed\n")
+    with pytest.raises(UsageError, match=r"line \d+: not valid YAML"):
+        build_spec(cfg)
+
+
+def test_yaml_that_is_not_a_mapping(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("- nodes\n")
+    with pytest.raises(UsageError, match="expected a mapping"):
+        build_spec(cfg)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(UsageError, match="deployer init"):
+        build_spec(tmp_path / "nope.yaml")
+
+
+def test_flags_override_the_file(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: lab\nnodes: 2\n")
+    spec = build_spec(cfg, nodes="5")
+    assert (spec.name, spec.nodes) == ("lab", 5)
+
+
+def test_monitoring_false_switch(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("monitoring: false\n")
+    assert build_spec(cfg).monitoring.enabled is False
+
+
+def test_expose_without_cidr_is_refused(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("monitoring:\n  expose: true\n")
+    with pytest.raises(UsageError, match="allowed_cidrs"):
+        build_spec(cfg)
+
+
+def test_world_exposure_needs_grafana_login(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("monitoring:\n  expose: true\n  grafana: false\n  allowed_cidrs: [0.0.0.0/0]\n")
+    with pytest.raises(UsageError, match="Grafana"):
+        build_spec(cfg)
+    cfg.write_text("monitoring:\n  expose: true\n  allowed_cidrs: [0.0.0.0/0]\n")
+    assert build_spec(cfg).exposed_to_world()
+
+
+@pytest.mark.parametrize("subnet, fragment", [("8.8.8.0/24", "private"), ("10.1.2.0/28", "/26"), ("10.1.2.300/24", "local.subnet")])
+def test_bad_subnets(subnet, fragment, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"local:\n  subnet: {subnet}\n")
+    with pytest.raises(UsageError, match=fragment):
+        build_spec(cfg)
+
+
+@pytest.mark.parametrize("name", ["Demo", "1lab", "a" * 21, "lab_1", ""])
+def test_bad_names(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="lowercase"):
+        build_spec(name=name)
+
+
+def test_init_template_is_a_valid_spec(tmp_path):
+    from deployer.spec import INIT_TEMPLATE
+
+    cfg = tmp_path / "cluster.yaml"
+    cfg.write_text(INIT_TEMPLATE)
+    spec = build_spec(cfg)
+    assert spec.nodes == 3 and spec.local.subnet == ipaddress.IPv4Network("10.77.0.0/24")
+
+
+def test_spec_round_trips_through_json():
+    spec = ClusterSpec(nodes=4)
+    again = ClusterSpec.model_validate(spec.model_dump(mode="json"))
+    assert again == spec
