@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .errors import OperationFailed
+from .paths import assets_root
 
 GRAFANA_PASSWORD_FILE = "grafana_admin_password"  # in the state dir's secrets dir; the grafana role writes it
 GRAFANA_ADMIN_USER = "admin"
-DASHBOARDS_DIR = Path(__file__).resolve().parent.parent / "monitoring" / "grafana" / "dashboards"
 
 
 @dataclass(frozen=True)
@@ -82,13 +82,19 @@ def tunnel_command(ssh_base_cmd: Sequence[str], forwards: Sequence[tuple[int, st
     cmd = [
         *base,
         "-N",
-        "-o", "ExitOnForwardFailure=yes",
-        "-o", "BatchMode=yes",
-        "-o", "ServerAliveInterval=15",
-        "-o", "ServerAliveCountMax=3",
+        "-o",
+        "ExitOnForwardFailure=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ServerAliveInterval=15",
+        "-o",
+        "ServerAliveCountMax=3",
         # Our own connection: a shared ControlMaster would take the forwards and exit.
-        "-o", "ControlMaster=no",
-        "-o", "ControlPath=none",
+        "-o",
+        "ControlMaster=no",
+        "-o",
+        "ControlPath=none",
     ]
     for local, host, port in forwards:
         cmd += ["-L", f"127.0.0.1:{local}:{host}:{port}"]
@@ -154,9 +160,7 @@ def open_tunnels(
                     yield ports
                     return
                 message = _last_line(errlog)
-                if proc.poll() is not None and attempt < attempts and (
-                    "in use" in message.lower() or "cannot listen" in message.lower()
-                ):
+                if proc.poll() is not None and attempt < attempts and ("in use" in message.lower() or "cannot listen" in message.lower()):
                     continue
                 what = "exited" if proc.poll() is not None else f"did not open within {timeout:.0f}s"
                 raise OperationFailed(f"SSH tunnel to the master {what}: {message}")
@@ -271,8 +275,14 @@ class PanelCheck:
         return self.error is None and self.series > 0
 
 
-def load_dashboards(directory: Path = DASHBOARDS_DIR) -> dict[str, dict[str, Any]]:
+def dashboards_dir() -> Path:
+    """monitoring/grafana/dashboards in the repository or the installed package."""
+    return assets_root() / "monitoring" / "grafana" / "dashboards"
+
+
+def load_dashboards(directory: Path | None = None) -> dict[str, dict[str, Any]]:
     """{file stem: dashboard JSON} for the provisioned dashboards."""
+    directory = dashboards_dir() if directory is None else directory
     return {p.stem: json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))}
 
 

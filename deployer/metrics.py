@@ -100,7 +100,12 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
             _label(row.get("model") or run_model),
             _label(row.get("mode") or run_mode),
         )
-        for gauge, key in ((img, "img_per_sec"), (per_rank, "img_per_sec_per_rank"), (eff, "efficiency"), (ranks, "ranks")):
+        for gauge, key in (
+            (img, "img_per_sec"),
+            (per_rank, "img_per_sec_per_rank"),
+            (eff, "efficiency"),
+            (ranks, "ranks"),
+        ):
             value = _number(row.get(key))
             if value is not None:
                 gauge.labels(*labels).set(value)
@@ -126,9 +131,12 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
     stamp = _number(result.get("timestamp"))
     if stamp is None:
         stamp = time.time() if now is None else now
-    Gauge(PREFIX + "run_timestamp_seconds", "When the benchmark run happened (Unix seconds)", ("model", "mode"), registry=reg).labels(
-        run_model, run_mode
-    ).set(stamp)
+    Gauge(
+        PREFIX + "run_timestamp_seconds",
+        "When the benchmark run happened (Unix seconds)",
+        ("model", "mode"),
+        registry=reg,
+    ).labels(run_model, run_mode).set(stamp)
 
     info_labels: dict[str, str] = {}
     for key, value in versions.items():
@@ -163,6 +171,4 @@ def push_bench_results(gateway_url: str, result: dict, *, timeout: float = 10.0)
         )
     except (URLError, OSError) as e:
         reason = getattr(e, "reason", None) or e
-        raise OperationFailed(
-            f"could not push benchmark results to the Pushgateway at {gateway_url}: {reason}"
-        ) from None
+        raise OperationFailed(f"could not push benchmark results to the Pushgateway at {gateway_url}: {reason}") from None

@@ -13,7 +13,6 @@ import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -78,7 +77,10 @@ def fake_ssh(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_SSH_LOG", str(log))
     base = [str(script), "-i", "/state/id_ed25519", "-o", "UserKnownHostsFile=/state/known_hosts",
             "-o", "StrictHostKeyChecking=yes", "deployer@10.77.0.10"]
-    calls = lambda: [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    def calls() -> list[list[str]]:
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
     return base, calls
 
 

@@ -1,0 +1,43 @@
+# The README's entry points. Run as root: the local provider makes containers and bridges.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+NODES ?= 3
+# Debian packages the local provider, the benchmarks and the tests call.
+APT_PACKAGES := lxc debootstrap nftables iproute2 openssh-client openmpi-bin libopenmpi-dev iperf3 \
+                prometheus prometheus-pushgateway pciutils python3-venv
+
+.PHONY: deps demo test unit integration lint bench-up clean-demo
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	# torch pinned to the CPU build first, so nothing later pulls a CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+deps: $(VENV)/.installed
+	@command -v lxc-start >/dev/null && command -v debootstrap >/dev/null && command -v promtool >/dev/null \
+	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; }
+	@# Debian's prometheus packages start their services on install; the tests run their own.
+	-@systemctl disable --now prometheus prometheus-node-exporter prometheus-pushgateway >/dev/null 2>&1 || true
+
+demo: deps
+	$(VENV)/bin/deployer up --nodes $(NODES)
+	$(VENV)/bin/deployer status
+
+test: deps
+	$(PY) -m pytest tests/unit tests/integration
+
+unit: deps
+	$(PY) -m pytest tests/unit
+
+integration: deps
+	$(PY) -m pytest tests/integration
+
+lint: deps
+	$(VENV)/bin/ruff check deployer tests benchmarks
+	cd ansible && ../$(VENV)/bin/ansible-lint --offline roles
+
+clean-demo:
+	-$(VENV)/bin/deployer down --yes

@@ -1,0 +1,70 @@
+"""A real local cluster for the integration tests: up once per session, down at the end.
+
+Needs root, LXC and debootstrap (`make deps`); skipped with the reason otherwise.
+Uses its own cluster name, subnet and state dir, so it never touches a user's cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+NAME = "itest"
+SUBNET = "10.79.0.0/24"
+NODES = 3
+
+
+@dataclass
+class Cluster:
+    workdir: Path
+    name: str = NAME
+    up_log: str = ""
+    bench: dict = field(default_factory=dict)
+
+    def deployer(self, *args: str, timeout: float = 1800, input: str | None = None) -> subprocess.CompletedProcess:
+        # The workdir's cluster.yaml names the cluster, as a user's would.
+        return subprocess.run(
+            [sys.executable, "-m", "deployer", *args],
+            cwd=self.workdir, text=True, capture_output=True, timeout=timeout, input=input,
+        )
+
+    @property
+    def state(self) -> Path:
+        return self.workdir / ".deployer" / self.name
+
+    def cluster_output(self) -> dict:
+        return json.loads((self.state / "cluster.json").read_text())
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (LXC containers, bridges)"
+    for tool in ("lxc-start", "debootstrap", "nft"):
+        if shutil.which(tool) is None:
+            return f"{tool} missing: run `make deps`"
+    return None
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory):
+    reason = _why_not()
+    if reason:
+        pytest.skip(reason)
+    workdir = tmp_path_factory.mktemp("cluster")
+    (workdir / "cluster.yaml").write_text(f"name: {NAME}\nnodes: {NODES}\nlocal:\n  subnet: {SUBNET}\n  memory_mb: 2048\n")
+    c = Cluster(workdir)
+    p = c.deployer("up", timeout=2400)
+    c.up_log = p.stderr
+    try:
+        assert p.returncode == 0, f"deployer up failed:\n{p.stderr[-4000:]}"
+        yield c
+    finally:
+        d = c.deployer("down", "--yes", timeout=600)
+        print(d.stderr[-2000:])

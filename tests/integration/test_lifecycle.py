@@ -1,0 +1,82 @@
+"""up -> status -> ssh -> smoke check -> re-run converges -> down leaves nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import NODES, SUBNET
+
+pytestmark = pytest.mark.integration
+
+
+def test_up_reported_the_smoke_check(local_cluster):
+    assert "smoke check: mpirun reached itest-master, itest-worker-1, itest-worker-2" in local_cluster.up_log
+
+
+def test_status_json_lists_every_node_reachable_master_first(local_cluster):
+    p = local_cluster.deployer("status", "--json")
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout)
+    assert info["name"] == "itest" and info["provider"] == "local"
+    assert [n["name"] for n in info["nodes"]] == ["itest-master", "itest-worker-1", "itest-worker-2"]
+    assert [n["role"] for n in info["nodes"]] == ["master", "worker", "worker"]
+    assert all(n["reachable"] for n in info["nodes"])
+    assert all(set(n) == {"name", "role", "private_ip", "public_ip", "gpus", "reachable"} for n in info["nodes"])
+    assert all(n["private_ip"].startswith(SUBNET.rsplit(".", 2)[0]) for n in info["nodes"])
+
+
+def test_mpirun_across_every_node_typed_as_a_user_would(local_cluster):
+    p = local_cluster.deployer("ssh", "--", f"mpirun -np {NODES} --hostfile /shared/hostfile hostname")
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stdout.split()) == ["itest-master", "itest-worker-1", "itest-worker-2"]
+
+
+def test_ssh_passes_stdin_stdout_and_exit_code(local_cluster):
+    p = local_cluster.deployer("ssh", "worker-2", "--", "cat; exit 3", input="ping\n")
+    assert p.returncode == 3 and p.stdout == "ping\n"
+
+
+def test_cluster_user_is_not_root_and_has_sudo(local_cluster):
+    p = local_cluster.deployer("ssh", "--", "id -un; sudo -n id -un")
+    assert p.stdout.split() == ["deployer", "root"]
+
+
+def test_passwordless_ssh_between_workers_with_pinned_host_keys(local_cluster):
+    cmd = "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes itest-worker-2 hostname"
+    p = local_cluster.deployer("ssh", "worker-1", "--", cmd)
+    assert p.returncode == 0 and p.stdout.strip() == "itest-worker-2", p.stderr
+
+
+def test_shared_dir_is_shared(local_cluster):
+    local_cluster.deployer("ssh", "worker-1", "--", "echo from-worker-1 > /shared/probe")
+    p = local_cluster.deployer("ssh", "worker-2", "--", "cat /shared/probe")
+    assert p.stdout.strip() == "from-worker-1"
+
+
+def test_training_runtime_on_every_node(local_cluster):
+    p = local_cluster.deployer("ssh", "--", f"mpirun -np {NODES} --hostfile /shared/hostfile python -c 'import torch, mpi4py.MPI as M; print(M.COMM_WORLD.Get_size(), torch.__version__)'")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.split("\n")
+    assert sum(1 for l in lines if l.startswith(f"{NODES} 2.13")) == NODES
+
+
+def test_rerun_converges_with_no_changes(local_cluster):
+    p = local_cluster.deployer("up", timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "terraform: 0 added, 0 changed, 0 destroyed" in p.stderr
+    assert "no changes" in p.stderr, p.stderr[-3000:]
+
+
+def test_second_verb_is_locked_out(local_cluster):
+    import fcntl
+    import os
+
+    fd = os.open(local_cluster.state / "lock", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        p = local_cluster.deployer("up")
+        assert p.returncode == 1 and "busy" in p.stderr
+    finally:
+        os.close(fd)

@@ -1,0 +1,220 @@
+"""The benchmark scripts under a real mpirun on this machine (2 ranks over loopback),
+and deployer.bench's sweep against a fake two-node cluster made of loopback addresses.
+
+Skipped, with the reason, only where mpirun, torch or mpi4py are missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "benchmarks"
+
+missing = [m for m in ("torch", "mpi4py", "numpy") if importlib.util.find_spec(m) is None]
+pytestmark = [
+    pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Open MPI) is not installed"),
+    pytest.mark.skipif(bool(missing), reason=f"python packages missing: {', '.join(missing)}"),
+]
+
+
+def mpi_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        OMPI_MCA_rmaps_base_oversubscribe="1",  # 2 ranks may exceed the cores here
+        OMPI_MCA_btl_tcp_if_include="lo", OMPI_MCA_oob_tcp_if_include="lo",  # loopback only
+        GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
+    )
+    env.pop("MASTER_ADDR", None)
+    env.pop("MASTER_PORT", None)
+    env.update(extra)
+    return env
+
+
+def mpirun(np_: int, script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = ["mpirun", "-np", str(np_), "--bind-to", "none", sys.executable, str(BENCH / script), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env())
+
+
+def last_json(stdout: str) -> dict:
+    return json.loads([ln for ln in stdout.splitlines() if ln.startswith("{")][-1])
+
+
+@pytest.mark.parametrize("backend", ["mpi", "torch"])
+def test_allreduce_two_ranks(backend):
+    p = mpirun(2, "allreduce.py", "-b", "1K", "-e", "64K", "-c", "1", "-n", "5", "-w", "2",
+               "--backend", backend, "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = last_json(p.stdout)
+    assert res["backend"] == backend and res["world_size"] == 2
+    assert [r["bytes"] for r in res["rows"]] == [1024 << i for i in range(7)]
+    for r in res["rows"]:
+        assert r["wrong"] == 0
+        assert r["count"] == r["bytes"] // 4
+        assert 0 < r["time_us"] < 1e6
+        # algbw = S / t, and busbw = algbw * 2(n-1)/n = algbw for two ranks
+        assert r["algbw_gb_s"] == pytest.approx(r["bytes"] / 1e9 / (r["time_us"] / 1e6), rel=1e-3)
+        assert r["busbw_gb_s"] == pytest.approx(r["algbw_gb_s"])
+    assert res["wrong"] == 0
+    assert "# Avg bus bandwidth    :" in p.stdout and "# Out of bounds values : 0 OK" in p.stdout
+    assert re.search(r"^\s+1024\s+256\s+float\s+sum\s+-1\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+0$", p.stdout, re.M)
+    assert res["versions"]["mpi"].startswith("Open MPI")
+
+
+def test_allreduce_check_catches_a_wrong_sum():
+    # the same check, fed an all-reduce that returns zeros, must count every element
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import allreduce as a; "
+            "a.MpiOp.run = lambda self: self.recv.fill(0); "
+            "sys.exit(a.main(['-b', '1K', '-e', '2K', '-n', '1', '-w', '0', '--backend', 'mpi', '--json']))")
+    p = subprocess.run([sys.executable, "-c", code, str(BENCH)], capture_output=True, text=True,
+                       timeout=120, env=mpi_env())
+    assert p.returncode == 1, p.stderr[-2000:]
+    res = last_json(p.stdout)
+    assert [r["wrong"] for r in res["rows"]] == [256, 512]
+    assert "FAILED" in p.stdout
+
+
+def test_builtin_resnet_matches_torchvision_sizes():
+    # parameter counts of torchvision's resnet18/50 (11,689,512 and 25,557,032)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import resnet_synthetic as r; "
+            "print([sum(p.numel() for p in r.ResNet(*r.ARCH[m]).parameters()) for m in ('resnet18', 'resnet50')])")
+    p = subprocess.run([sys.executable, "-c", code, str(BENCH)], capture_output=True, text=True,
+                       timeout=120, env=mpi_env())
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == "[11689512, 25557032]"
+
+
+TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "2", "--num-warmup-batches", "1",
+        "--num-batches-per-iter", "2", "--num-iters", "2", "--json"]
+
+
+@pytest.mark.parametrize("mode", ["dp", "ensemble"])
+def test_resnet_two_ranks(mode):
+    p = mpirun(2, "resnet_synthetic.py", *TINY, "--mode", mode)
+    assert p.returncode == 0, p.stderr[-2000:]
+    for line in ("Model: resnet18", "Batch size: 2", "Number of CPUs: 2", "Running warmup...",
+                 "Running benchmark..."):
+        assert line in p.stdout.splitlines()
+    assert re.search(r"^Iter #1: [\d.]+ img/sec per CPU$", p.stdout, re.M)
+    assert re.search(r"^Img/sec per CPU: [\d.]+ \+-[\d.]+$", p.stdout, re.M)
+    total_line = re.search(r"^Total img/sec on 2 CPU\(s\): ([\d.]+) \+-[\d.]+$", p.stdout, re.M)
+    res = last_json(p.stdout)
+    assert res["mode"] == mode and res["world_size"] == 2 and res["image_size"] == 32
+    assert [r["rank"] for r in res["ranks"]] == [0, 1]
+    assert all(r["img_per_sec"] > 0 for r in res["ranks"])
+    # the total is the sum of what each rank measured, not 2 x rank 0
+    assert res["img_per_sec"] == pytest.approx(sum(r["img_per_sec"] for r in res["ranks"]))
+    assert res["img_per_sec_per_rank"] == pytest.approx(res["img_per_sec"] / 2)
+    assert float(total_line.group(1)) == pytest.approx(res["img_per_sec"], abs=0.051)
+    v = res["versions"]
+    assert v["world_size"] == 2 and v["torch"] and v["mpi"].startswith("Open MPI") and v["hosts"]
+    assert res["flags"]["mode"] == mode
+
+
+def test_resnet_one_rank_without_mpirun_flags():
+    p = mpirun(1, "resnet_synthetic.py", *TINY, "--channels-last", "--amp")
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = last_json(p.stdout)
+    assert res["world_size"] == 1 and len(res["ranks"]) == 1
+    assert res["flags"]["amp"] and res["flags"]["channels_last"]
+
+
+# --- deployer.bench against a fake cluster: two "nodes" at 127.0.0.1 and 127.0.0.2 ----
+SSH_SHIM = """#!/bin/bash
+# test stand-in for ssh: drop the options and the host, run the command here
+while [[ $# -gt 0 ]]; do
+  case "$1" in -o|-p|-i|-l|-F) shift 2 ;; -*) shift ;; *) break ;; esac
+done
+shift
+exec bash -c "$*"
+"""
+
+
+class LocalRunner:
+    """Runs the master's commands here, with ssh and python replaced by stand-ins."""
+
+    def __init__(self, bin_dir: Path):
+        self.env = mpi_env(PATH=f"{bin_dir}:{os.environ['PATH']}")
+        self.env.pop("OMPI_MCA_rmaps_base_oversubscribe")
+        self.commands: list[str] = []
+
+    def run(self, cmd: str, *, timeout: float) -> tuple[int, str, str]:
+        self.commands.append(cmd)
+        p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=timeout, env=self.env)
+        return p.returncode, p.stdout, p.stderr
+
+
+@pytest.fixture
+def fake_cluster(tmp_path):
+    shared = tmp_path / "shared"
+    (shared / "benchmarks").mkdir(parents=True)
+    for f in ("resnet_synthetic.py", "allreduce.py"):
+        shutil.copy(BENCH / f, shared / "benchmarks" / f)
+    (shared / "hostfile").write_text("127.0.0.1 slots=1\n127.0.0.2 slots=1\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(SSH_SHIM)
+    (bin_dir / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    for f in ("ssh", "python"):
+        (bin_dir / f).chmod(0o755)
+    nodes = [{"name": "t-master", "role": "master", "private_ip": "127.0.0.1", "public_ip": None, "gpus": 0},
+             {"name": "t-worker-1", "role": "worker", "private_ip": "127.0.0.2", "public_ip": None, "gpus": 0}]
+    user = "root" if os.geteuid() == 0 else os.environ.get("USER", "user")
+    cl = {"name": "t", "provider": "local", "ssh_user": user, "shared_dir": str(shared), "nodes": nodes}
+    return cl, LocalRunner(bin_dir)
+
+
+def test_sweep_on_fake_cluster(fake_cluster, tmp_path):
+    from deployer import bench
+
+    cl, runner = fake_cluster
+    opts = bench.make_options(cl, nodes="1,2", model="resnet18", batch_size=2, image_size=32,
+                              num_warmup_batches=1, num_batches_per_iter=2, num_iters=2,
+                              allreduce_min="1K", allreduce_max="16K", run_timeout_s=300)
+    out = tmp_path / "state" / "bench" / "run1"
+    rep = bench.run_bench(runner, cl, opts, "run1", out)
+
+    assert [(r["nodes"], r["ranks"]) for r in rep["results"]] == [(1, 1), (2, 2)]
+    assert rep["results"][0]["efficiency"] == pytest.approx(1.0)
+    two = rep["results"][1]
+    assert two["ensemble_img_per_sec"] > 0 and two["comm_share"] < 1
+    assert two["efficiency"] == pytest.approx(two["img_per_sec"] / (2 * rep["results"][0]["img_per_sec"]))
+    assert [r["bytes"] for r in rep["allreduce"]] == [1024, 2048, 4096, 8192, 16384]
+    assert all(r["wrong"] == 0 and r["nodes"] == 2 for r in rep["allreduce"])
+    if shutil.which("iperf3"):
+        assert rep["link"]["tool"] == "iperf3" and rep["link"]["gbit_s"] > 0
+    assert (Path(cl["shared_dir"]) / "bench" / "run1" / "hostfile.1").read_text() == "127.0.0.1 slots=1\n"
+    v = rep["versions"]
+    assert v["provider"] == "local" and v["node_counts"] == [1, 2] and v["flags"]["model"] == "resnet18"
+    assert v["benchmark"]["torch"] and v["allreduce"]["backend"] == "mpi"
+    assert json.loads((out / "results.json").read_text())["run_id"] == "run1"
+    assert len(rep["files"]["plots"]) == 3 and all(Path(p).exists() for p in rep["files"]["plots"])
+    typed = (out / "commands.sh").read_text().splitlines()[1:]
+    assert typed == runner.commands  # the record of the runs is exactly what ran
+
+
+def test_hung_run_is_killed_and_reported(fake_cluster, tmp_path):
+    from deployer import bench
+    from deployer.errors import OperationFailed
+
+    cl, runner = fake_cluster
+    # a run that cannot finish inside its 3 s bound stands in for a hung rank
+    opts = bench.make_options(cl, nodes="2", model="resnet50", batch_size=8, image_size=64,
+                              num_warmup_batches=50, run_timeout_s=3)
+    with pytest.raises(OperationFailed) as e:
+        bench.run_bench(runner, cl, opts, "run2", tmp_path / "out")
+    assert "timed out" in str(e.value) and "resnet-dp-2" in str(e.value)
+    assert e.value.log and e.value.log.exists()
+    assert "pkill" in runner.commands[-1]
+    left = subprocess.run(["pgrep", "-f", f"{cl['shared_dir']}/benchmarks/"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", "benchmark processes survived the cleanup"
