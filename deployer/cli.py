@@ -72,6 +72,7 @@ def up(
     name: NameOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
     yes: YesOpt = False,
+    reconfigure: Annotated[bool, typer.Option("--reconfigure", help="run Ansible even when nothing changed since the last successful run")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Provision and configure the cluster (idempotent: re-run to converge or resume)."""
@@ -82,7 +83,9 @@ def up(
     spec = build_spec(config, nodes=nodes, provider=provider, name=name)
     if provider is None and spec.provider == "local":
         ui.info("provider: local (LXC containers on this machine; no cloud configured; --provider openstack for a cloud)")
-    result = lifecycle.up(spec, ClusterState(state_dir, spec.name))
+    state = ClusterState(state_dir, spec.name)
+    lifecycle.confirm_destructive(spec, state, yes)
+    result = lifecycle.up(spec, state, reconfigure=reconfigure)
     if json_out:
         ui.print_json(result)
 

@@ -85,7 +85,8 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
         "deployer_ssh_user": cluster["ssh_user"],
         "deployer_shared_dir": cluster["shared_dir"],
         "deployer_shared_device": cluster.get("shared_device"),
-        "deployer_cluster_cidr": cluster_cidr(spec),
+        # An existing OpenStack network reports its own CIDR in the output.
+        "deployer_cluster_cidr": cluster.get("cluster_cidr") or cluster_cidr(spec),
         "deployer_master_ip": cluster["nodes"][0]["private_ip"],
         "deployer_hostfile": hostfile(cluster),
         "deployer_enable_gpu": spec.provider == "openstack" and spec.openstack.enable_gpu,

@@ -35,7 +35,38 @@ def _terraform(spec: ClusterSpec, state: ClusterState, run_dir, verb: str) -> te
     return eng
 
 
-def up(spec: ClusterSpec, state: ClusterState) -> dict[str, Any]:
+def _fingerprint(inv_path, spec: ClusterSpec) -> str:
+    """What Ansible's result depends on: the inventory, the spec and every role/benchmark file."""
+    import hashlib
+
+    from .paths import assets_root
+
+    h = hashlib.sha256(inv_path.read_bytes())
+    h.update(spec.model_dump_json().encode())
+    root = assets_root()
+    for part in ("ansible", "benchmarks", "monitoring"):
+        for f in sorted((root / part).rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts:
+                h.update(str(f.relative_to(root)).encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def confirm_destructive(spec: ClusterSpec, state: ClusterState, yes: bool) -> None:
+    """Scaling in destroys nodes (and what is on them): ask, or require --yes."""
+    cluster = state.cluster()
+    if not cluster or spec.nodes >= len(cluster["nodes"]) or yes:
+        return
+    doomed = [n["name"] for n in cluster["nodes"][spec.nodes:]]
+    if not ui.err.is_terminal or not __import__("sys").stdin.isatty():
+        raise UsageError(f"--nodes {spec.nodes} would destroy {', '.join(doomed)}: pass --yes to scale in")
+    import typer
+
+    if not typer.confirm(f"Scale in to {spec.nodes} node(s), destroying {', '.join(doomed)}?"):
+        raise UsageError("scale-in cancelled; nothing changed")
+
+
+def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False) -> dict[str, Any]:
     provider = get_provider(spec.provider)
     _check_same_cluster(spec, state)
     provider.preflight(spec, state)  # raises before anything exists
@@ -67,15 +98,26 @@ def up(spec: ClusterSpec, state: ClusterState) -> dict[str, Any]:
         ui.ok(f"terraform: {changes.get('add', 0)} added, {changes.get('change', 0)} changed, {changes.get('remove', 0)} destroyed")
 
         inv = inventory.write(cluster, spec, state)
-        ui.step("ansible: configuring nodes (common, ssh_mesh, shared storage, mpi, training runtime, monitoring)")
-        from .ansible import run_playbook
+        fingerprint = _fingerprint(inv, spec)
+        last = state.read_record(state.dir / "configured.json") or {}
+        ansible_changed = 0
+        if tf_changed == 0 and last.get("fingerprint") == fingerprint and not reconfigure:
+            # Same nodes, same inventory, same roles as the last successful run: Ansible
+            # would find nothing to do. The smoke check below still proves the cluster works.
+            ui.ok("ansible: configuration unchanged since the last successful run; skipped (--reconfigure runs it anyway)")
+        else:
+            ui.step("ansible: configuring nodes (common, ssh_mesh, shared storage, mpi, training runtime, monitoring)")
+            from .ansible import run_playbook
 
-        play = run_playbook(inv, run_dir)
-        ui.ok(f"ansible: {sum(play.ok.values())} ok, {play.total_changed} changed on {len(cluster['nodes'])} node(s)")
+            state.cluster_file.with_name("configured.json").unlink(missing_ok=True)
+            play = run_playbook(inv, run_dir)
+            ansible_changed = play.total_changed
+            state.write_record(state.dir / "configured.json", {"fingerprint": fingerprint, "run": run_dir.name})
+            ui.ok(f"ansible: {sum(play.ok.values())} ok, {play.total_changed} changed on {len(cluster['nodes'])} node(s)")
 
         hosts = smoke_check(state, cluster)
         ui.ok(f"smoke check: mpirun reached {', '.join(hosts)}")
-        converged = tf_changed == 0 and play.total_changed == 0
+        converged = tf_changed == 0 and ansible_changed == 0
         ui.ok(("no changes: the cluster already matched the spec" if converged else "cluster is up")
               + f" ({time.monotonic() - t0:.0f}s). Next: `deployer ssh`, `deployer bench`, `deployer status`")
         return {"name": spec.name, "converged": converged, "seconds": round(time.monotonic() - t0, 1), "run_dir": str(run_dir)}

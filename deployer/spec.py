@@ -67,6 +67,7 @@ class OpenStackSpec(_Strict):
     network: str | None = Field(None, description="an existing network; default: create a dedicated one")
     network_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("192.168.77.0/24")
     volume_size: int = Field(100, ge=1, le=65536, description="GiB of the shared volume on the master")
+    volume_type: str | None = Field(None, description="Cinder volume type of the shared volume; default: the cloud's")
     enable_gpu: bool = False
     nvidia_driver_install: bool = True
     admin_cidr: ipaddress.IPv4Network = Field(

@@ -62,11 +62,26 @@ def test_training_runtime_on_every_node(local_cluster):
     assert sum(1 for l in lines if l.startswith(f"{NODES} 2.13")) == NODES
 
 
-def test_rerun_converges_with_no_changes(local_cluster):
-    p = local_cluster.deployer("up", timeout=900)
+def test_rerun_with_ansible_changes_nothing(local_cluster):
+    # --reconfigure runs every role again: each must report no change.
+    p = local_cluster.deployer("up", "--reconfigure", timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "terraform: 0 added, 0 changed, 0 destroyed" in p.stderr
-    assert "no changes" in p.stderr, p.stderr[-3000:]
+    assert ", 0 changed on 3 node(s)" in p.stderr, p.stderr[-3000:]
+    assert "no changes" in p.stderr
+
+
+def test_plain_rerun_skips_unchanged_configuration(local_cluster):
+    p = local_cluster.deployer("up", timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "configuration unchanged since the last successful run" in p.stderr
+    assert "smoke check: mpirun reached" in p.stderr and "no changes" in p.stderr
+
+
+def test_scale_in_without_yes_is_refused_and_changes_nothing(local_cluster):
+    p = local_cluster.deployer("up", "--nodes", "2")
+    assert p.returncode == 2 and "would destroy itest-worker-2" in p.stderr
+    assert len(local_cluster.cluster_output()["nodes"]) == 3
 
 
 def test_second_verb_is_locked_out(local_cluster):
