@@ -135,6 +135,125 @@ def ssh(
     raise typer.Exit(lifecycle.ssh(_state(name, state_dir), node, command))
 
 
+def _up_cluster(st) -> dict:
+    cluster = st.cluster()
+    if cluster is None:
+        raise UsageError(f"cluster {st.name!r} is not up (state: {st.dir}): run `deployer up` first")
+    return cluster
+
+
+def _spec_of(st):
+    from .spec import ClusterSpec
+
+    record = st.read_record(st.spec_file)
+    return ClusterSpec.model_validate(record["spec"]) if record else None
+
+
+@app.command()
+def bench(
+    nodes: Annotated[Optional[str], typer.Option("--nodes", "-N", help="node counts to sweep, e.g. 1,2,4,8 (default: powers of 2 up to the cluster size)")] = None,
+    model: Annotated[str, typer.Option(help="resnet18|34|50|101|152")] = "resnet50",
+    batch_size: Annotated[int, typer.Option("--batch-size", help="images per rank per step (fixed across N)")] = 32,
+    image_size: Annotated[int, typer.Option("--image-size", help="synthetic image side in pixels")] = 224,
+    mode: Annotated[str, typer.Option(help="dp (data-parallel, DDP) or ensemble (no gradient exchange)")] = "dp",
+    num_iters: Annotated[int, typer.Option("--num-iters", help="timed iterations")] = 10,
+    num_batches_per_iter: Annotated[int, typer.Option("--num-batches-per-iter")] = 10,
+    num_warmup_batches: Annotated[int, typer.Option("--num-warmup-batches")] = 10,
+    amp: Annotated[bool, typer.Option("--amp", help="mixed precision (GPU)")] = False,
+    channels_last: Annotated[bool, typer.Option("--channels-last")] = False,
+    fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce")] = False,
+    allreduce_max: Annotated[str, typer.Option("--allreduce-max", help="largest all-reduce message, e.g. 64M")] = "64M",
+    timeout: Annotated[int, typer.Option("--timeout", help="seconds one benchmark run may take before it is killed")] = 1800,
+    name: NameOpt = None,
+    state_dir: StateOpt = DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """ResNet data-parallel + allreduce scaling study across 1..N nodes, run on the master."""
+    import time
+
+    from . import bench as bench_mod
+    from . import bench_report
+    from .remote import MasterRunner
+
+    st = _state(name, state_dir)
+    cluster = _up_cluster(st)
+    opts = bench_mod.make_options(
+        cluster, nodes=nodes, model=model, batch_size=batch_size, image_size=image_size, mode=mode,
+        num_iters=num_iters, num_batches_per_iter=num_batches_per_iter, num_warmup_batches=num_warmup_batches,
+        amp=amp, channels_last=channels_last, fp16_allreduce=fp16_allreduce, allreduce_max=allreduce_max,
+        run_timeout_s=timeout,
+    )
+    runner = MasterRunner(st, cluster)
+    with st.lock("bench"):
+        run_id = time.strftime("%Y%m%d-%H%M%S")
+        try:
+            report = bench_mod.run_bench(runner, cluster, opts, run_id, st.bench_dir / run_id)
+        except KeyboardInterrupt:
+            runner.run(bench_mod.cleanup_cmd(cluster), timeout=60)  # leave no rank running
+            raise
+    spec = _spec_of(st)
+    if spec is None or spec.monitoring.enabled:
+        _push_results(st, cluster, report)
+    ui.err.print(bench_report.results_table(report))
+    if report.get("allreduce"):
+        ui.err.print(bench_report.allreduce_table(report))
+    if json_out:
+        ui.print_json(report)
+
+
+def _push_results(st, cluster: dict, report: dict) -> None:
+    """Results -> the Pushgateway on the master (-> Grafana's Benchmarks dashboard)."""
+    from . import metrics
+    from .dashboard import PUSHGATEWAY, open_tunnel
+    from .errors import OperationFailed
+    from .remote import ssh_argv
+
+    master = cluster["nodes"][0]
+    try:
+        with open_tunnel(ssh_argv(st, cluster, master), master["private_ip"], PUSHGATEWAY.port) as port:
+            metrics.push_bench_results(f"http://127.0.0.1:{port}", report)
+        ui.ok("results pushed to the Pushgateway (deployer_bench_* series; Grafana: Benchmarks dashboard)")
+    except (OperationFailed, OSError) as e:
+        ui.warn(f"results not pushed to the Pushgateway ({e}); they are saved in the state dir")
+
+
+@app.command()
+def dashboard(
+    print_only: Annotated[bool, typer.Option("--print", help="only print how to reach the dashboards")] = False,
+    name: NameOpt = None,
+    state_dir: StateOpt = DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """SSH tunnel to Grafana and Prometheus on the master; prints the local URLs."""
+    from . import dashboard as dash
+    from .remote import ssh_argv
+
+    st = _state(name, state_dir)
+    cluster = _up_cluster(st)
+    spec = _spec_of(st)
+    if spec is not None and not spec.monitoring.enabled:
+        raise UsageError(f"monitoring is off for cluster {st.name!r} (monitoring: false); turn it on and re-run `deployer up`")
+    master = cluster["nodes"][0]
+    grafana = spec.monitoring.grafana if spec else True
+    base = ssh_argv(st, cluster, master)
+    common = dict(provider=cluster["provider"], grafana=grafana, secrets_dir=st.secrets_dir)
+    if print_only:
+        desc = dash.describe(master["private_ip"], ssh_base_cmd=base, **common)
+        ui.print_json(desc) if json_out else [ui.out.print(line) for line in dash.render(desc)]
+        return
+    with dash.open_dashboard(base, master["private_ip"], provider=cluster["provider"], grafana=grafana) as ports:
+        desc = dash.describe(master["private_ip"], local_ports=ports, **common)
+        ui.print_json(desc) if json_out else [ui.out.print(line) for line in dash.render(desc)]
+        ui.info("tunnel open; Ctrl-C closes it")
+        try:
+            import time
+
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            ui.ok("tunnel closed")
+
+
 @app.command()
 def down(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, yes: YesOpt = False) -> None:
     """Destroy the cluster: containers or VMs, network, rules, mounts and state (logs stay)."""

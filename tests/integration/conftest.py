@@ -68,3 +68,31 @@ def local_cluster(tmp_path_factory):
     finally:
         d = c.deployer("down", "--yes", timeout=600)
         print(d.stderr[-2000:])
+
+
+@dataclass
+class LiveCluster:
+    """The local cluster after one `deployer bench` run (for the bench and monitoring tests)."""
+
+    cluster: Cluster
+    bench: dict
+    bench_run_id: str
+    prometheus_url: str
+    nodes: int = NODES
+    bench_stderr: str = ""
+
+
+# The issue's integration run: a tiny model so it fits a 2-core CI machine.
+BENCH_ARGS = ["bench", "--nodes", "1,2", "--model", "resnet18", "--image-size", "32", "--batch-size", "8",
+              "--num-iters", "2", "--num-batches-per-iter", "3", "--num-warmup-batches", "1",
+              "--allreduce-max", "4M", "--json"]
+
+
+@pytest.fixture(scope="session")
+def live_cluster(local_cluster) -> LiveCluster:
+    p = local_cluster.deployer(*BENCH_ARGS, timeout=1800)
+    assert p.returncode == 0, f"deployer bench failed:\n{p.stderr[-4000:]}"
+    report = json.loads(p.stdout)
+    master_ip = local_cluster.cluster_output()["nodes"][0]["private_ip"]
+    # Locally this machine sits on the cluster bridge, so Prometheus is reachable directly.
+    return LiveCluster(local_cluster, report, report["run_id"], f"http://{master_ip}:9090", bench_stderr=p.stderr)

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Wall time of `deployer up` for N = 1, 2, 4, 8 local nodes, and of a no-change re-run.
+
+Run as root from the repo root, with the base image already cached (any earlier `up`
+builds it): `sudo .venv/bin/python scripts/bench_up.py [--nodes 1,2,4,8]`.
+Each N gets a fresh cluster (name `benchup`, its own subnet and state dir) that is
+torn down afterwards. Prints one row per N and the ratios the README quotes.
+Also times `deployer --help` and `status` (startup cost: heavy imports only where used).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEPLOYER = [sys.executable, "-m", "deployer"]
+
+
+def timed(args: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    p = subprocess.run([*DEPLOYER, *args], cwd=cwd, text=True, capture_output=True)
+    return time.perf_counter() - t0, p
+
+
+def best_of(args: list[str], cwd: Path, n: int = 5) -> float:
+    return min(timed(args, cwd)[0] for _ in range(n))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", default="1,2,4,8")
+    a = ap.parse_args()
+    rows = []
+    for n in [int(x) for x in a.nodes.split(",")]:
+        with tempfile.TemporaryDirectory(prefix="benchup-") as d:
+            cwd = Path(d)
+            (cwd / "cluster.yaml").write_text(f"name: benchup\nnodes: {n}\nlocal:\n  subnet: 10.80.0.0/24\n  memory_mb: 1024\n")
+            try:
+                t_up, p = timed(["up"], cwd)
+                if p.returncode != 0:
+                    print(p.stderr[-3000:], file=sys.stderr)
+                    return 1
+                t_rerun, p2 = timed(["up"], cwd)
+                t_reconf, p3 = timed(["up", "--reconfigure"], cwd)
+                t_status = best_of(["status"], cwd)
+                rows.append({"nodes": n, "up_s": round(t_up, 1), "rerun_s": round(t_rerun, 1), "reconfigure_s": round(t_reconf, 1), "status_s": round(t_status, 3)})
+                print(f"N={n}: up {t_up:.1f}s, no-change re-run {t_rerun:.1f}s, --reconfigure re-run {t_reconf:.1f}s, status {t_status:.3f}s", flush=True)
+            finally:
+                subprocess.run([*DEPLOYER, "down", "--yes"], cwd=cwd, capture_output=True)
+    t_help = best_of(["--help"], Path.cwd())
+    print(f"deployer --help: {t_help:.3f}s (best of 5)")
+    if rows and rows[0]["nodes"] == 1:
+        t1 = rows[0]["up_s"]
+        for r in rows[1:]:
+            print(f"T({r['nodes']})/T(1) = {r['up_s'] / t1:.2f}")
+    print(json.dumps({"rows": rows, "help_s": round(t_help, 3)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""`deployer bench --nodes 1,2` on the real local cluster (resnet18, 32x32 images)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_json_schema(live_cluster):
+    r = live_cluster.bench
+    assert set(r) >= {"run_id", "results", "allreduce", "link", "files", "versions"}
+    assert [x["nodes"] for x in r["results"] if x.get("mode", "dp") == "dp"] == [1, 2]
+    for x in r["results"]:
+        assert set(x) >= {"nodes", "ranks", "img_per_sec", "img_per_sec_per_rank", "efficiency"}
+        assert x["img_per_sec"] > 0
+        assert x["img_per_sec_per_rank"] == pytest.approx(x["img_per_sec"] / x["ranks"], rel=1e-6)
+    one, two = r["results"][0], r["results"][1]
+    assert one["efficiency"] == pytest.approx(1.0)
+    assert two["efficiency"] == pytest.approx(two["img_per_sec"] / (2 * one["img_per_sec"]), rel=1e-6)
+    for a in r["allreduce"]:
+        assert set(a) >= {"nodes", "bytes", "time_us", "algbw_gb_s", "busbw_gb_s", "wrong"}
+        assert a["wrong"] == 0 and a["nodes"] == 2
+        assert a["busbw_gb_s"] == pytest.approx(a["algbw_gb_s"] * 2 * (2 - 1) / 2, rel=1e-6)
+    assert r["link"]["tool"] == "iperf3" and r["link"]["gbit_s"] > 0
+
+
+def test_files_saved_in_the_state_dir(live_cluster):
+    files = live_cluster.bench["files"]
+    run_dir = live_cluster.cluster.state / "bench" / live_cluster.bench_run_id
+    assert Path(files["json"]).parent == run_dir
+    assert json.loads(Path(files["json"]).read_text())["run_id"] == live_cluster.bench_run_id
+    assert Path(files["csv"]).read_text().splitlines()[0].startswith("nodes")
+    assert files["plots"] and all(Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in files["plots"])
+
+
+def test_reproducibility_record(live_cluster):
+    v = live_cluster.bench["versions"]
+    text = json.dumps(v)
+    assert "torch" in text and "Open MPI" in text
+    assert v["provider"] == "local" and v["node_counts"] == [1, 2]
+    assert v["flags"]["model"] == "resnet18" and v["flags"]["image_size"] == 32
+
+
+def test_results_pushed_to_pushgateway(live_cluster):
+    assert "pushed to the Pushgateway" in live_cluster.bench_stderr
+
+
+def test_no_benchmark_process_left_on_any_node(live_cluster):
+    for node in ("master", "worker-1", "worker-2"):
+        p = live_cluster.cluster.deployer("ssh", node, "--", "pgrep -f /shared/benchmarks/ || true")
+        assert p.stdout.strip() == "", f"{node}: {p.stdout}"
+
+
+def test_bad_bench_input_exits_2_and_runs_nothing(live_cluster):
+    for args in (["--nodes", "0"], ["--nodes", "1,9"], ["--nodes", "2,2"], ["--nodes", "x"], ["--model", "vgg"], ["--batch-size", "0"]):
+        p = live_cluster.cluster.deployer("bench", *args)
+        assert p.returncode == 2, (args, p.stderr)
+        assert len([l for l in p.stderr.splitlines() if l.strip()]) == 1, p.stderr
+
+
+def test_same_run_typed_by_hand_on_the_master(live_cluster):
+    # The README's hand-typed run: plain mpirun from the master.
+    cmd = "mpirun -np 2 --hostfile /shared/hostfile python /shared/benchmarks/allreduce.py -b 1K -e 64K -c 1"
+    p = live_cluster.cluster.deployer("ssh", "--", cmd, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "Avg bus bandwidth" in p.stdout and "#wrong" in p.stdout.replace("# wrong", "#wrong") or "wrong" in p.stdout
