@@ -8,17 +8,19 @@ busbw = algbw * 2(n-1)/n in GB/s (1e9 bytes), #wrong = elements that differ from
 the exactly known float32 sum. Rank and world size come from mpi4py.
 
 Backends:
-  mpi    mpi4py Allreduce on numpy float32 buffers (out-of-place, like nccl-tests).
   torch  torch.distributed all_reduce (in-place): gloo on CPU, NCCL on GPU.
-  auto   (default) torch on GPUs, mpi on CPUs.
+  mpi    mpi4py Allreduce on numpy float32 buffers (out-of-place, like nccl-tests).
+  auto   (default) torch: the library the training itself uses, so busbw predicts
+         what DDP's gradient exchange can get.
 
-# why mpi is the CPU default: gloo's CPU all-reduce reduces and sends from one
-# thread per op, so transfer and summation do not overlap and one TCP stream carries
-# everything; on a 3-node TCP cluster it reached 0.33 of the iperf3 rate. Open MPI's
-# tuned all-reduce picks a pipelined (segmented) ring for large messages over the
-# tcp btl, so send, receive and reduce overlap and each link carries its 2(n-1)/n
-# share. torch+gloo can close part of the gap with --chunk (several ops in flight on
-# --threads gloo worker threads), measured side by side with `--backend torch`.
+# why torch/gloo and not MPI by default on CPUs: measured side by side over TCP on
+# a busy 2-core host (2 ranks, 16-64 MiB), gloo gave 0.7-1.3 GB/s busbw and Open
+# MPI's tcp btl 0.2-1.7 GB/s: MPI busy-polls, which collapses when ranks share
+# cores (3 LXC nodes on 2 cores), gloo blocks in the kernel. --chunk (several ops in
+# flight on --threads gloo workers) made no difference beyond the noise there; it
+# stays as a knob for real NICs. Ceiling to read busbw against: a ring all-reduce
+# sends and receives at once, so where the CPU moves the bytes (veth, loopback) the
+# iperf3 --bidir rate per direction, about half the one-way rate, is the bound.
 """
 
 from __future__ import annotations
@@ -197,8 +199,8 @@ def main(argv=None) -> int:
     backend = args.backend
     if backend == "auto":
         try:
-            import torch
-            backend = "torch" if torch.cuda.is_available() and not args.no_cuda else "mpi"
+            import torch  # noqa: F401
+            backend = "torch"
         except ImportError:
             backend = "mpi"
     if backend == "torch":

@@ -8,7 +8,7 @@ results, so each run can be repeated by hand on the master. Order:
   2. for each N: resnet_synthetic.py in --mode (dp), and ensemble at the largest N
      (or at every N with ensemble_every_n) for the communication share
   3. allreduce.py at the largest N (when it is >= 2)
-  4. iperf3 master -> first worker: the link rate busbw is read against
+  4. iperf3 master -> first worker, one way and --bidir: the rates busbw is read against
 """
 
 from __future__ import annotations
@@ -147,10 +147,10 @@ def allreduce_args(opts: BenchOptions) -> list[str]:
             "--backend", opts.allreduce_backend]
 
 
-def iperf_cmd(worker_ip: str) -> str:
+def iperf_cmd(worker_ip: str, bidir: bool = False) -> str:
     ip = shlex.quote(worker_ip)
     return (f"ssh -o BatchMode=yes {ip} iperf3 -s -1 -D && sleep 1 && "
-            f"timeout 30 iperf3 -c {ip} -J -t 3")
+            f"timeout 30 iperf3 -c {ip} -J -t 3" + (" --bidir" if bidir else ""))
 
 
 def cleanup_cmd(cluster: dict[str, Any]) -> str:
@@ -177,9 +177,10 @@ def parse_json_line(stdout: str, what: str) -> dict[str, Any]:
 
 
 def parse_iperf(stdout: str) -> float:
-    """Gbit/s received, from iperf3 -J."""
-    data = json.loads(stdout[stdout.index("{"):])
-    return data["end"]["sum_received"]["bits_per_second"] / 1e9
+    """Gbit/s received, from iperf3 -J; with --bidir the slower of the two directions."""
+    end = json.loads(stdout[stdout.index("{"):])["end"]
+    rates = [end[k]["bits_per_second"] for k in ("sum_received", "sum_received_bidir_reverse") if k in end]
+    return min(rates) / 1e9
 
 
 # --- the sweep -----------------------------------------------------------------------
@@ -235,15 +236,21 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     else:
         ui.info("all-reduce skipped: it needs 2 or more nodes")
 
-    link = None
+    link = bidir = None
     workers = [n for n in cluster["nodes"] if n["role"] != "master"]
     if workers:
         ui.step(f"iperf3 link rate: master -> {workers[0]['name']}")
+        ip = workers[0]["private_ip"]
         try:
-            link = parse_iperf(remote("iperf3", iperf_cmd(workers[0]["private_ip"]), 60, cleanup=False))
-            ui.ok(f"link {link:.2f} Gbit/s = {bench_report.gbit_to_gbyte(link):.3f} GB/s")
+            link = parse_iperf(remote("iperf3", iperf_cmd(ip), 60, cleanup=False))
+            # why also --bidir: a ring all-reduce sends and receives at once; where the
+            # CPU moves the bytes (LXC veth) that halves what each direction gets
+            bidir = parse_iperf(remote("iperf3-bidir", iperf_cmd(ip, bidir=True), 60, cleanup=False))
         except (OperationFailed, ValueError, KeyError) as e:  # results stand without it
-            ui.warn(f"iperf3 gave no link rate ({e}); busbw is reported without it")
+            ui.warn(f"iperf3 failed ({e}); busbw is reported without a link rate")
+        if link:
+            ui.ok(f"link {link:.2f} Gbit/s = {bench_report.gbit_to_gbyte(link):.3f} GB/s one way"
+                  + (f", {bidir:.2f} Gbit/s each way with --bidir" if bidir else ""))
 
     versions = {
         "benchmark": resnet[0][1].get("versions", {}) if resnet else {},
@@ -254,7 +261,8 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
         "node_counts": list(opts.nodes),
         "flags": asdict(opts),
     }
-    report = bench_report.aggregate(run_id, resnet, allreduce, link, versions, mode=opts.mode)
+    report = bench_report.aggregate(run_id, resnet, allreduce, link, versions, mode=opts.mode,
+                                    link_bidir_gbit_s=bidir)
     bench_report.write_files(report, outdir)
     ui.ok(f"results in {outdir}")
     return report

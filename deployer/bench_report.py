@@ -53,12 +53,14 @@ def aggregate(
     link_gbit_s: float | None = None,
     versions: dict[str, Any] | None = None,
     mode: str = "dp",
+    link_bidir_gbit_s: float | None = None,
 ) -> dict[str, Any]:
     """Build the --json record from (nodes, benchmark JSON) pairs.
 
     `resnet` holds runs of resnet_synthetic.py; those in `mode` make the results
     rows, those of the other mode (ensemble beside dp) add ensemble_img_per_sec and
-    comm_share to the row of the same node count. Efficiency is against the smallest
+    comm_share to the row of the same node count. link_bidir_gbit_s (iperf3 --bidir,
+    per direction) is kept beside the one-way rate as link.bidir_gbit_s. Efficiency is against the smallest
     node count measured: T_1 when 1 is in the sweep, else T_b/b for baseline b.
     """
     primary: dict[int, dict[str, Any]] = {}
@@ -105,7 +107,8 @@ def aggregate(
         "run_id": run_id,
         "results": rows,
         "allreduce": ar_rows,
-        "link": None if link_gbit_s is None else {"tool": "iperf3", "gbit_s": link_gbit_s},
+        "link": None if link_gbit_s is None else {"tool": "iperf3", "gbit_s": link_gbit_s,
+                                                  "bidir_gbit_s": link_bidir_gbit_s},
         "files": {"json": None, "csv": None, "plots": []},
         "versions": versions or {},
     }
@@ -174,6 +177,9 @@ def plot(report: dict[str, Any], outdir: Path) -> list[Path]:
         if report.get("link"):
             gb = gbit_to_gbyte(report["link"]["gbit_s"])
             ax.axhline(gb, color="red", ls="--", label=f"iperf3 link {gb:.2f} GB/s")
+            if report["link"].get("bidir_gbit_s"):
+                gb2 = gbit_to_gbyte(report["link"]["bidir_gbit_s"])
+                ax.axhline(gb2, color="orange", ls=":", label=f"iperf3 --bidir, each way {gb2:.2f} GB/s")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("bus bandwidth (GB/s)")
@@ -205,12 +211,15 @@ def results_table(report: dict[str, Any]) -> Table:
 
 def allreduce_table(report: dict[str, Any]) -> Table:
     """All-reduce sweep with busbw as a share of the iperf3 link rate."""
-    link = report.get("link")
-    gb = gbit_to_gbyte(link["gbit_s"]) if link else None
-    t = Table(title="all-reduce" + (f" (link {gb:.2f} GB/s by iperf3)" if gb else ""))
-    for col in ("nodes", "size (B)", "time (us)", "algbw GB/s", "busbw GB/s", "of link", "#wrong"):
+    link = report.get("link") or {}
+    gb = gbit_to_gbyte(link["gbit_s"]) if link.get("gbit_s") else None
+    gb2 = gbit_to_gbyte(link["bidir_gbit_s"]) if link.get("bidir_gbit_s") else None
+    t = Table(title="all-reduce" + (f" (link {gb:.2f} GB/s by iperf3" if gb else "")
+              + (f", {gb2:.2f} GB/s each way with --bidir" if gb2 else "") + (")" if gb else ""))
+    for col in ("nodes", "size (B)", "time (us)", "algbw GB/s", "busbw GB/s", "of link", "of bidir", "#wrong"):
         t.add_column(col, justify="right")
     for r in report["allreduce"]:
         t.add_row(str(r["nodes"]), str(r["bytes"]), f"{r['time_us']:.1f}", f"{r['algbw_gb_s']:.2f}",
-                  f"{r['busbw_gb_s']:.2f}", _num(r["busbw_gb_s"] / gb if gb else None, ".0%"), str(r["wrong"]))
+                  f"{r['busbw_gb_s']:.2f}", _num(r["busbw_gb_s"] / gb if gb else None, ".0%"),
+                  _num(r["busbw_gb_s"] / gb2 if gb2 else None, ".0%"), str(r["wrong"]))
     return t

@@ -31,7 +31,7 @@ CLOUDS_YAML_FIX = (
     "the dashboard's API Access page downloads one) and set OS_CLOUD=<entry> or openstack.cloud in cluster.yaml"
 )
 API_TIMEOUT_S = 60
-MONITORING_PORTS = 3  # Prometheus 9090, Grafana 3000, Pushgateway 9091 (terraform/openstack: monitoring_ports)
+MONITORING_PORTS = 2  # Grafana 3000, Prometheus 9090 (terraform/openstack: monitoring_ports)
 SECRET_KEYS = ("password", "application_credential_secret", "token", "secret", "passcode", "totp")
 GPU_RESOURCE = re.compile(r"^resources[A-Za-z0-9_-]*:(VGPU|PGPU|CUSTOM_[A-Z0-9_]*GPU[A-Z0-9_]*)$")
 

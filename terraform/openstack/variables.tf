@@ -196,8 +196,8 @@ variable "monitoring_allowed_cidrs" {
 
 variable "monitoring_ports" {
   type        = list(number)
-  description = "TCP ports opened by monitoring_expose: Prometheus 9090, Grafana 3000, Pushgateway 9091."
-  default     = [9090, 3000, 9091]
+  description = "TCP ports opened by monitoring_expose: Grafana 3000 (login required) and Prometheus 9090. The Pushgateway (9091, unauthenticated writes) and the exporters stay inside the cluster."
+  default     = [3000, 9090]
   validation {
     condition     = alltrue([for p in var.monitoring_ports : p >= 1 && p <= 65535 && floor(p) == p])
     error_message = "monitoring_ports must be TCP port numbers (1-65535)."

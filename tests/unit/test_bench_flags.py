@@ -117,3 +117,10 @@ def test_parse_json_line():
 def test_parse_iperf():
     out = json.dumps({"end": {"sum_received": {"bits_per_second": 9.41e9}, "sum_sent": {}}})
     assert bench.parse_iperf("warning first\n" + out) == pytest.approx(9.41)
+
+
+def test_parse_iperf_bidir_takes_the_slower_direction():
+    out = json.dumps({"end": {"sum_received": {"bits_per_second": 8e9},
+                              "sum_received_bidir_reverse": {"bits_per_second": 6e9}}})
+    assert bench.parse_iperf(out) == pytest.approx(6.0)
+    assert bench.iperf_cmd("10.0.0.2", bidir=True).endswith("-J -t 3 --bidir")

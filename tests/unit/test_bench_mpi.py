@@ -193,10 +193,11 @@ def test_sweep_on_fake_cluster(fake_cluster, tmp_path):
     assert all(r["wrong"] == 0 and r["nodes"] == 2 for r in rep["allreduce"])
     if shutil.which("iperf3"):
         assert rep["link"]["tool"] == "iperf3" and rep["link"]["gbit_s"] > 0
+        assert 0 < rep["link"]["bidir_gbit_s"]
     assert (Path(cl["shared_dir"]) / "bench" / "run1" / "hostfile.1").read_text() == "127.0.0.1 slots=1\n"
     v = rep["versions"]
     assert v["provider"] == "local" and v["node_counts"] == [1, 2] and v["flags"]["model"] == "resnet18"
-    assert v["benchmark"]["torch"] and v["allreduce"]["backend"] == "mpi"
+    assert v["benchmark"]["torch"] and v["allreduce"]["backend"] == "torch"  # auto: gloo on CPU
     assert json.loads((out / "results.json").read_text())["run_id"] == "run1"
     assert len(rep["files"]["plots"]) == 3 and all(Path(p).exists() for p in rep["files"]["plots"])
     typed = (out / "commands.sh").read_text().splitlines()[1:]

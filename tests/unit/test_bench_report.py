@@ -62,7 +62,7 @@ def report():
     resnet = [(1, resnet_run(1, 100.0)), (2, resnet_run(2, 190.0)), (3, resnet_run(3, 270.0)),
               (3, resnet_run(3, 300.0, "ensemble"))]
     return br.aggregate("20250101-000000", resnet, [(3, allreduce_run(3))], link_gbit_s=10.0,
-                        versions={"provider": "local"})
+                        versions={"provider": "local"}, link_bidir_gbit_s=5.0)
 
 
 def test_aggregate_schema_and_figures(report):
@@ -78,7 +78,7 @@ def test_aggregate_schema_and_figures(report):
     assert "comm_share" not in report["results"][1]
     assert report["allreduce"][0].keys() == {"nodes", "bytes", "time_us", "algbw_gb_s", "busbw_gb_s", "wrong"}
     assert report["allreduce"][0]["nodes"] == 3
-    assert report["link"] == {"tool": "iperf3", "gbit_s": 10.0}
+    assert report["link"] == {"tool": "iperf3", "gbit_s": 10.0, "bidir_gbit_s": 5.0}
     json.dumps(report)  # serialisable as it stands
 
 
@@ -113,4 +113,5 @@ def test_tables_render(report):
     text = console.export_text()
     assert "90.0%" in text  # efficiency of 3 nodes
     assert "10.0%" in text  # comm share at 3 nodes
-    assert "link 1.25 GB/s" in text
+    assert "link 1.25 GB/s" in text and "0.62 GB/s each way" in text
+    assert "107%" in text and "213%" in text  # 1.33 GB/s busbw against 1.25 and 0.625

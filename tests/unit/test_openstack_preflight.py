@@ -321,10 +321,11 @@ def test_quota_volume_gigabytes(cloud):
 
 
 def test_quota_security_group_rules_count_exposed_ports(cloud):
-    cloud.data["network_quota_details"]["quota"]["security_group_rule"] = {"limit": 15, "used": 4, "reserved": 0}
+    cloud.data["network_quota_details"]["quota"]["security_group_rule"] = {"limit": 14, "used": 4, "reserved": 0}
     pf.check(make_spec())  # 7 rules
+    # 2 ports (Grafana, Prometheus) x 2 CIDRs = 4 more
     spec = make_spec(monitoring={"enabled": True, "expose": True, "allowed_cidrs": ["203.0.113.0/24", "198.51.100.0/24"]})
-    with pytest.raises(PreflightError, match=r"security group rules: need 13, 11 free"):
+    with pytest.raises(PreflightError, match=r"security group rules: need 11, 10 free"):
         pf.check(spec)
 
 
