@@ -214,7 +214,8 @@ def main(argv=None) -> int:
 
     say(f"# nThread 1 nGpus 1 minBytes {args.minbytes} maxBytes {args.maxbytes} step: {args.stepfactor}(factor) "
         f"warmup iters: {args.warmup_iters} iters: {args.iters} agg iters: 1 validation: {args.check} graph: 0")
-    say(f"# backend: {backend} ({lib}{', chunk %d B' % args.chunk if backend == 'torch' and args.chunk else ''})")
+    chunk = f", chunk {args.chunk} B" if backend == "torch" and args.chunk else ""
+    say(f"# backend: {backend} ({lib}{chunk})")
     say("#\n# Using devices")
     for r, (host, pid) in enumerate(comm.gather((socket.gethostname(), os.getpid())) or []):
         say(f"#  Rank {r:2d} Group  0 Pid {pid:6d} on {host:>10s} device  0 [{'cuda' if lib == 'nccl' else 'cpu'}]")

@@ -27,10 +27,9 @@ import timeit
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 import torch.nn.functional as F
-import torch.optim as optim
 from mpi4py import MPI
+from torch import nn, optim
 
 try:  # torchvision when it imports; a torchvision build that mismatches torch raises
     from torchvision import models as tv_models
@@ -175,7 +174,7 @@ def versions(cuda: bool, hosts: list[str], impl: str) -> dict:
                  nccl=".".join(map(str, torch.cuda.nccl.version())), gpu=torch.cuda.get_device_name())
         if shutil.which("nvidia-smi"):
             out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                 capture_output=True, text=True)
+                                 capture_output=True, text=True, check=False)
             v["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else None
     return v
 

@@ -26,7 +26,7 @@ from deployer.errors import OperationFailed, UsageError
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 MODES = ("dp", "ensemble")
 ALLREDUCE_BACKENDS = ("auto", "mpi", "torch")
-_SIZE = re.compile(r"(\d+)([KMG]?)", re.I)
+_SIZE = re.compile(r"(\d+)([KMG]?)", re.IGNORECASE)
 
 
 class Runner(Protocol):

@@ -52,7 +52,7 @@ def test_results_pushed_to_pushgateway(live_cluster):
 
 def test_no_benchmark_process_left_on_any_node(live_cluster):
     for node in ("master", "worker-1", "worker-2"):
-        p = live_cluster.cluster.deployer("ssh", node, "--", "pgrep -f /shared/benchmarks/ || true")
+        p = live_cluster.cluster.deployer("ssh", node, "--", "pgrep -f '[/]shared/benchmarks/' || true")
         assert p.stdout.strip() == "", f"{node}: {p.stdout}"
 
 

@@ -43,7 +43,7 @@ def mpi_env(**extra: str) -> dict[str, str]:
 
 def mpirun(np_: int, script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     cmd = ["mpirun", "-np", str(np_), "--bind-to", "none", sys.executable, str(BENCH / script), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env())
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout, env=mpi_env())
 
 
 def last_json(stdout: str) -> dict:
@@ -67,7 +67,7 @@ def test_allreduce_two_ranks(backend):
         assert r["busbw_gb_s"] == pytest.approx(r["algbw_gb_s"])
     assert res["wrong"] == 0
     assert "# Avg bus bandwidth    :" in p.stdout and "# Out of bounds values : 0 OK" in p.stdout
-    assert re.search(r"^\s+1024\s+256\s+float\s+sum\s+-1\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+0$", p.stdout, re.M)
+    assert re.search(r"^\s+1024\s+256\s+float\s+sum\s+-1\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+0$", p.stdout, re.MULTILINE)
     assert res["versions"]["mpi"].startswith("Open MPI")
 
 
@@ -76,7 +76,7 @@ def test_allreduce_check_catches_a_wrong_sum():
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import allreduce as a; "
             "a.MpiOp.run = lambda self: self.recv.fill(0); "
             "sys.exit(a.main(['-b', '1K', '-e', '2K', '-n', '1', '-w', '0', '--backend', 'mpi', '--json']))")
-    p = subprocess.run([sys.executable, "-c", code, str(BENCH)], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-c", code, str(BENCH)], capture_output=True, text=True, check=False,
                        timeout=120, env=mpi_env())
     assert p.returncode == 1, p.stderr[-2000:]
     res = last_json(p.stdout)
@@ -88,7 +88,7 @@ def test_builtin_resnet_matches_torchvision_sizes():
     # parameter counts of torchvision's resnet18/50 (11,689,512 and 25,557,032)
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import resnet_synthetic as r; "
             "print([sum(p.numel() for p in r.ResNet(*r.ARCH[m]).parameters()) for m in ('resnet18', 'resnet50')])")
-    p = subprocess.run([sys.executable, "-c", code, str(BENCH)], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-c", code, str(BENCH)], capture_output=True, text=True, check=False,
                        timeout=120, env=mpi_env())
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip().splitlines()[-1] == "[11689512, 25557032]"
@@ -105,9 +105,9 @@ def test_resnet_two_ranks(mode):
     for line in ("Model: resnet18", "Batch size: 2", "Number of CPUs: 2", "Running warmup...",
                  "Running benchmark..."):
         assert line in p.stdout.splitlines()
-    assert re.search(r"^Iter #1: [\d.]+ img/sec per CPU$", p.stdout, re.M)
-    assert re.search(r"^Img/sec per CPU: [\d.]+ \+-[\d.]+$", p.stdout, re.M)
-    total_line = re.search(r"^Total img/sec on 2 CPU\(s\): ([\d.]+) \+-[\d.]+$", p.stdout, re.M)
+    assert re.search(r"^Iter #1: [\d.]+ img/sec per CPU$", p.stdout, re.MULTILINE)
+    assert re.search(r"^Img/sec per CPU: [\d.]+ \+-[\d.]+$", p.stdout, re.MULTILINE)
+    total_line = re.search(r"^Total img/sec on 2 CPU\(s\): ([\d.]+) \+-[\d.]+$", p.stdout, re.MULTILINE)
     res = last_json(p.stdout)
     assert res["mode"] == mode and res["world_size"] == 2 and res["image_size"] == 32
     assert [r["rank"] for r in res["ranks"]] == [0, 1]
@@ -150,7 +150,7 @@ class LocalRunner:
 
     def run(self, cmd: str, *, timeout: float) -> tuple[int, str, str]:
         self.commands.append(cmd)
-        p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=timeout, env=self.env)
+        p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=False, timeout=timeout, env=self.env)
         return p.returncode, p.stdout, p.stderr
 
 
@@ -217,5 +217,5 @@ def test_hung_run_is_killed_and_reported(fake_cluster, tmp_path):
     assert "timed out" in str(e.value) and "resnet-dp-2" in str(e.value)
     assert e.value.log and e.value.log.exists()
     assert "pkill" in runner.commands[-1]
-    left = subprocess.run(["pgrep", "-f", f"{cl['shared_dir']}/benchmarks/"], capture_output=True, text=True)
+    left = subprocess.run(["pgrep", "-f", f"{cl['shared_dir']}/benchmarks/"], capture_output=True, text=True, check=False)
     assert left.stdout.strip() == "", "benchmark processes survived the cleanup"

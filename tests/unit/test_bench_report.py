@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -94,16 +95,15 @@ def test_write_files(report, tmp_path):
     br.write_files(report, tmp_path / "out")
     files = report["files"]
     assert set(files) == {"json", "csv", "plots"}
-    on_disk = json.loads(open(files["json"]).read())
+    on_disk = json.loads(Path(files["json"]).read_text())
     assert on_disk["files"] == files and on_disk["results"] == report["results"]
-    rows = list(csv.DictReader(open(files["csv"])))
+    rows = list(csv.DictReader(Path(files["csv"]).read_text().splitlines()))
     assert [r["kind"] for r in rows] == ["scaling"] * 3 + ["allreduce"] * 3
     assert float(rows[2]["comm_share"]) == pytest.approx(0.1)
     names = sorted(p.rsplit("/", 1)[1] for p in files["plots"])
     assert names == ["busbw.png", "efficiency.png", "throughput.png"]
     for p in files["plots"]:
-        with open(p, "rb") as f:
-            assert f.read(8) == PNG_MAGIC
+        assert Path(p).read_bytes()[:8] == PNG_MAGIC
 
 
 def test_tables_render(report):
