@@ -84,7 +84,7 @@ class ResNet(nn.Module):
         self.bn1, self.relu = nn.BatchNorm2d(64), nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool2d(3, 2, 1)
         cin, stages = 64, []
-        for i, (width, n) in enumerate(zip((64, 128, 256, 512), layers)):
+        for i, (width, n) in enumerate(zip((64, 128, 256, 512), layers, strict=True)):
             stride = 1 if i == 0 else 2
             down = None
             if stride != 1 or cin != width * block.expansion:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -25,9 +25,9 @@ app = typer.Typer(
 
 _debug = False
 
-NameOpt = Annotated[Optional[str], typer.Option("--name", "-n", help="cluster name (default: the config's, the only cluster, or 'demo')")]
+NameOpt = Annotated[str | None, typer.Option("--name", "-n", help="cluster name (default: the config's, the only cluster, or 'demo')")]
 StateOpt = Annotated[Path, typer.Option("--state-dir", help="state root; the cluster lives in <state-dir>/<name>")]
-ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="cluster spec (default: ./cluster.yaml when present)")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="cluster spec (default: ./cluster.yaml when present)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print machine-readable JSON on stdout")]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
 DEFAULT_STATE = Path(".deployer")
@@ -39,7 +39,7 @@ def main(debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")]
     _debug = debug
 
 
-def _state(name: Optional[str], state_dir: Path, config: Optional[Path] = None):
+def _state(name: str | None, state_dir: Path, config: Path | None = None):
     from .spec import read_config
     from .state import ClusterState, resolve_name
 
@@ -66,8 +66,8 @@ def init(
 
 @app.command()
 def up(
-    nodes: Annotated[Optional[str], typer.Option("--nodes", "-N", help="number of nodes, the master included")] = None,
-    provider: Annotated[Optional[str], typer.Option("--provider", "-p", help="local (LXC on this machine) or openstack")] = None,
+    nodes: Annotated[str | None, typer.Option("--nodes", "-N", help="number of nodes, the master included")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", "-p", help="local (LXC on this machine) or openstack")] = None,
     config: ConfigOpt = None,
     name: NameOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
@@ -118,7 +118,7 @@ def status(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_out: 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def ssh(
     ctx: typer.Context,
-    node: Annotated[Optional[str], typer.Argument(help="node name or short name (master, worker-1); default: master")] = None,
+    node: Annotated[str | None, typer.Argument(help="node name or short name (master, worker-1); default: master")] = None,
     name: NameOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
 ) -> None:
@@ -151,7 +151,7 @@ def _spec_of(st):
 
 @app.command()
 def bench(
-    nodes: Annotated[Optional[str], typer.Option("--nodes", "-N", help="node counts to sweep, e.g. 1,2,4,8 (default: powers of 2 up to the cluster size)")] = None,
+    nodes: Annotated[str | None, typer.Option("--nodes", "-N", help="node counts to sweep, e.g. 1,2,4,8 (default: powers of 2 up to the cluster size)")] = None,
     model: Annotated[str, typer.Option(help="resnet18|34|50|101|152")] = "resnet50",
     batch_size: Annotated[int, typer.Option("--batch-size", help="images per rank per step (fixed across N)")] = 32,
     image_size: Annotated[int, typer.Option("--image-size", help="synthetic image side in pixels")] = 224,

@@ -29,10 +29,9 @@ def _check_same_cluster(spec: ClusterSpec, state: ClusterState) -> None:
         )
 
 
-def _terraform(spec: ClusterSpec, state: ClusterState, run_dir, verb: str) -> terraform.Engine:
+def _terraform(spec: ClusterSpec, state: ClusterState, run_dir) -> terraform.Engine:
     workdir = terraform.stage_module(spec.provider, state.terraform_dir)
-    eng = terraform.engine(workdir, run_dir / "terraform.jsonl", spec.terraform.binary)
-    return eng
+    return terraform.engine(workdir, run_dir / "terraform.jsonl", spec.terraform.binary)
 
 
 def _fingerprint(inv_path, spec: ClusterSpec) -> str:
@@ -78,7 +77,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False) -> dic
         ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/]; logs in {run_dir}")
         provider.prepare(spec, state)
 
-        eng = _terraform(spec, state, run_dir, "apply")
+        eng = _terraform(spec, state, run_dir)
         eng.write_vars(provider.tfvars(spec, state))
         ui.step("terraform: provisioning nodes")
         eng.init()
@@ -109,7 +108,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False) -> dic
             ui.step("ansible: configuring nodes (common, ssh_mesh, shared storage, mpi, training runtime, monitoring)")
             from .ansible import run_playbook
 
-            state.cluster_file.with_name("configured.json").unlink(missing_ok=True)
+            (state.dir / "configured.json").unlink(missing_ok=True)
             play = run_playbook(inv, run_dir)
             ansible_changed = play.total_changed
             state.write_record(state.dir / "configured.json", {"fingerprint": fingerprint, "run": run_dir.name})
@@ -146,7 +145,7 @@ def down(state: ClusterState) -> bool:
     with state.lock("down"):
         run_dir = state.new_run_dir("down")
         if spec and terraform.has_resources(state.terraform_dir / spec.provider):
-            eng = _terraform(spec, state, run_dir, "destroy")
+            eng = _terraform(spec, state, run_dir)
             ui.step(f"terraform: destroying cluster {state.name}")
 
             def on_event(ev: dict[str, Any]) -> None:
@@ -186,7 +185,7 @@ def _reachable(cluster: dict[str, Any], state: ClusterState) -> dict[str, bool]:
         return {n["name"]: (i == 0 or n["name"] in up) for i, n in enumerate(nodes)}
     with ThreadPoolExecutor(max_workers=16) as pool:
         results = list(pool.map(lambda n: tcp(inventory.node_address(cluster, n)), nodes))
-    return {n["name"]: r for n, r in zip(nodes, results)}
+    return {n["name"]: r for n, r in zip(nodes, results, strict=True)}
 
 
 def status(state: ClusterState) -> dict[str, Any] | None:

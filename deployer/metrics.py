@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.error import URLError
 
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway

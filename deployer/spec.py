@@ -148,7 +148,7 @@ def _format_error(err: ValidationError, source: str) -> str:
     loc = ".".join(str(p) for p in first["loc"]) or "spec"
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        msg = f"unknown key; remove it or check the spelling (see `deployer init` for every key)"
+        msg = "unknown key; remove it or check the spelling (see `deployer init` for every key)"
     elif first["type"] == "literal_error" and loc == "provider":
         msg = f"unknown provider {first['input']!r}; use one of: {', '.join(PROVIDERS)}"
     elif first["type"] == "string_pattern_mismatch" and loc == "name":

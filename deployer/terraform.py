@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .errors import OperationFailed, UsageError
 from .paths import terraform_dir
@@ -186,10 +187,3 @@ def describe(ev: Event) -> str | None:
     if kind == "apply_errored":
         return f"failed {addr}"
     return None
-
-
-def iter_summary(events: Iterable[Event]) -> dict[str, int]:
-    for ev in events:
-        if ev.get("type") == "change_summary":
-            return ev.get("changes", {})
-    return {}

@@ -27,9 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 IMAGE_ROOT = Path(os.environ.get("DEPLOYER_IMAGE_DIR", "/var/lib/deployer/images"))
 LXC_PATH = Path("/var/lib/lxc")
@@ -281,7 +281,7 @@ def _customise(rootfs: Path, name: str, user: str, pubkey: str, pip_conf: str) -
 
 def _pin_host_key(known_hosts: Path, name: str, ip: str, hostkey: str) -> None:
     with file_lock(known_hosts.with_suffix(".lock")):
-        lines = [l for l in (known_hosts.read_text().splitlines() if known_hosts.exists() else []) if l.split(" ", 1)[0].split(",")[0] not in (name, ip)]
+        lines = [line for line in (known_hosts.read_text().splitlines() if known_hosts.exists() else []) if line.split(" ", 1)[0].split(",")[0] not in (name, ip)]
         lines.append(f"{name},{ip} {hostkey}")
         known_hosts.write_text("\n".join(lines) + "\n")
         known_hosts.chmod(0o600)
@@ -333,7 +333,7 @@ def node_down(name: str, state_dir: Path) -> None:
     known = state_dir / "ssh/known_hosts"
     if known.exists():
         with file_lock(known.with_suffix(".lock")):
-            keep = [l for l in known.read_text().splitlines() if l.split(",", 1)[0] != name]
+            keep = [line for line in known.read_text().splitlines() if line.split(",", 1)[0] != name]
             known.write_text("\n".join(keep) + ("\n" if keep else ""))
     log(f"{name} removed")
 

@@ -60,7 +60,7 @@ def test_bad_bench_input_exits_2_and_runs_nothing(live_cluster):
     for args in (["--nodes", "0"], ["--nodes", "1,9"], ["--nodes", "2,2"], ["--nodes", "x"], ["--model", "vgg"], ["--batch-size", "0"]):
         p = live_cluster.cluster.deployer("bench", *args)
         assert p.returncode == 2, (args, p.stderr)
-        assert len([l for l in p.stderr.splitlines() if l.strip()]) == 1, p.stderr
+        assert len([line for line in p.stderr.splitlines() if line.strip()]) == 1, p.stderr
 
 
 def test_same_run_typed_by_hand_on_the_master(live_cluster):

@@ -27,7 +27,7 @@ def run(*args, cwd, input=None):
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(args, fragment, tmp_path):
     p = run(*args, cwd=tmp_path)
     assert p.returncode == 2, p.stderr
-    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, p.stderr
     assert fragment in lines[0]
     assert "Traceback" not in p.stderr

