@@ -99,6 +99,29 @@ class LocalProvider:
             with ui.status(f"building the Debian {lxc.SUITE} base image with debootstrap (once, about a minute)"):
                 lxc.ensure_base_image()
         state.shared_host_dir.mkdir(parents=True, exist_ok=True)
+        self._heal(spec, state)
+
+    def _heal(self, spec: "ClusterSpec", state: "ClusterState") -> None:
+        """Bring back what Terraform records but the host lost (a reboot stops containers
+        and removes the bridge); terraform_data cannot see that drift itself."""
+        from .. import ui
+        from . import lxc
+
+        cluster = state.cluster()
+        if not cluster or not (state.terraform_dir / "local" / "terraform.tfstate").exists():
+            return
+        down = [n for n in cluster["nodes"] if lxc.node_state(n["name"]) != "RUNNING"]
+        bridge = bridge_name(spec.name)
+        if not down and subprocess.run(["ip", "link", "show", bridge], capture_output=True).returncode == 0:
+            return
+        v = self.tfvars(spec, state)
+        net = ipaddress.IPv4Network(v["subnet"])
+        gateway = net.network_address + 1
+        lxc.network_up(spec.name, bridge, str(net), f"{gateway}/{net.prefixlen}")
+        for n in down:
+            ui.info(f"  {n['name']} is not running (host rebooted?): starting it again")
+            lxc.node_up(n["name"], f"{n['private_ip']}/{net.prefixlen}", str(gateway), bridge, v["ssh_user"],
+                        f"{v['shared_host_dir']}:{v['shared_dir']}", v["memory_mb"], state.dir)
 
     def tfvars(self, spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
         return {

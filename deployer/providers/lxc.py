@@ -219,7 +219,7 @@ def network_down(cluster: str, bridge: str) -> None:
 
 
 # -- nodes --------------------------------------------------------------------------
-def _state(name: str) -> str:
+def node_state(name: str) -> str:
     proc = sh("lxc-info", "-n", name, "-s", "-H", check=False, quiet=True)
     return proc.stdout.strip() if proc.returncode == 0 else "ABSENT"
 
@@ -303,7 +303,7 @@ def node_up(name: str, ip: str, gateway: str, bridge: str, user: str, shared: st
     address = ipaddress.IPv4Interface(ip)
     pubkey = (state_dir / "ssh/id_ed25519.pub").read_text()
     Path(shared.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
-    current = _state(name)
+    current = node_state(name)
     rootfs = LXC_PATH / name / "rootfs"
     if current == "ABSENT":
         base = ensure_base_image()
@@ -312,7 +312,7 @@ def node_up(name: str, ip: str, gateway: str, bridge: str, user: str, shared: st
         shutil.rmtree(tmp, ignore_errors=True)
         sh("cp", "-a", "--reflink=auto", str(base), str(tmp))
         tmp.rename(rootfs)
-    if _state(name) != "RUNNING":
+    if node_state(name) != "RUNNING":
         # A running node was set up by an earlier run (and maybe by Ansible since): leave it be.
         pip_conf, mounts = host_carry()
         _write_config(name, str(address), gateway, bridge, shared, memory_mb, mounts)
@@ -325,7 +325,7 @@ def node_up(name: str, ip: str, gateway: str, bridge: str, user: str, shared: st
 
 
 def node_down(name: str, state_dir: Path) -> None:
-    if _state(name) != "ABSENT":
+    if node_state(name) != "ABSENT":
         sh("lxc-stop", "-n", name, "-k", check=False, quiet=True)
         sh("lxc-destroy", "-n", name, check=False, quiet=True)
     if (LXC_PATH / name).exists():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -60,6 +61,16 @@ def test_training_runtime_on_every_node(local_cluster):
     assert p.returncode == 0, p.stderr
     lines = p.stdout.split("\n")
     assert sum(1 for line in lines if line.startswith(f"{NODES} 2.13")) == NODES
+
+
+def test_up_brings_back_a_stopped_node(local_cluster):
+    # What a host reboot does to a node; Terraform's record still says it exists.
+    subprocess.run(["lxc-stop", "-n", "itest-worker-2", "-k"], check=True)
+    p = local_cluster.deployer("up", timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "itest-worker-2 is not running" in p.stderr
+    status = json.loads(local_cluster.deployer("status", "--json").stdout)
+    assert all(n["reachable"] for n in status["nodes"])
 
 
 def test_rerun_with_ansible_changes_nothing(local_cluster):
