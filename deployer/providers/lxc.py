@@ -306,17 +306,18 @@ def node_up(name: str, ip: str, gateway: str, bridge: str, user: str, shared: st
     current = node_state(name)
     rootfs = LXC_PATH / name / "rootfs"
     if current == "ABSENT":
+        # New, or left half-made by an interrupted run: (re)build it whole.
         base = ensure_base_image()
-        (LXC_PATH / name).mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(LXC_PATH / name, ignore_errors=True)
+        (LXC_PATH / name).mkdir(parents=True)
         tmp = LXC_PATH / name / "rootfs.partial"
-        shutil.rmtree(tmp, ignore_errors=True)
         sh("cp", "-a", "--reflink=auto", str(base), str(tmp))
         tmp.rename(rootfs)
-    if node_state(name) != "RUNNING":
-        # A running node was set up by an earlier run (and maybe by Ansible since): leave it be.
         pip_conf, mounts = host_carry()
-        _write_config(name, str(address), gateway, bridge, shared, memory_mb, mounts)
         _customise(rootfs, name, user, pubkey, pip_conf)
+        _write_config(name, str(address), gateway, bridge, shared, memory_mb, mounts)  # last: marks it made
+    if node_state(name) != "RUNNING":
+        # A stopped node keeps what Ansible made of it; only start it again.
         sh("lxc-start", "-n", name, "-d", "-l", "WARN", "-o", str(LXC_PATH / name / "lxc.log"))
     hostkey = " ".join(Path(f"{rootfs}/etc/ssh/ssh_host_ed25519_key.pub").read_text().split()[:2])
     _pin_host_key(state_dir / "ssh/known_hosts", name, str(address.ip), hostkey)
