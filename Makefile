@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 NODES ?= 3
 # Debian packages the local provider, the benchmarks and the tests call.
 APT_PACKAGES := lxc debootstrap nftables iproute2 openssh-client openmpi-bin libopenmpi-dev iperf3 \
-                prometheus prometheus-pushgateway pciutils python3-venv
+                prometheus prometheus-pushgateway prometheus-node-exporter pciutils python3-venv \
+                openssh-server
 
 .PHONY: deps demo test unit integration lint bench-up clean-demo
 
@@ -17,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 deps: $(VENV)/.installed
-	@command -v lxc-start >/dev/null && command -v debootstrap >/dev/null && command -v promtool >/dev/null \
+	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 \
 	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; }
 	@# Debian's prometheus packages start their services on install; the tests run their own.
 	-@systemctl disable --now prometheus prometheus-node-exporter prometheus-pushgateway >/dev/null 2>&1 || true
