@@ -93,7 +93,7 @@ class LocalProvider:
     def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> None:
         from . import lxc
 
-        if not (lxc.base_rootfs() / ".deployer-image-ok").exists():
+        if not lxc.image_current():
             from .. import ui
 
             with ui.status(f"building the Debian {lxc.SUITE} base image with debootstrap (once, about a minute)"):
