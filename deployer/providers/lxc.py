@@ -47,7 +47,7 @@ BASE_PACKAGES = [
 # (monitoring: false must deploy no exporter).
 PREBAKED_PACKAGES = [
     "openssh-client", "rsync", "iperf3", "curl", "psmisc", "pciutils", "python3-venv",
-    "python3-packaging", "openmpi-bin", "libopenmpi-dev",
+    "python3-packaging", "openmpi-bin",
 ]
 IMAGE_STAMP = json.dumps({"suite": SUITE, "packages": BASE_PACKAGES + PREBAKED_PACKAGES})
 SSH_TIMEOUT_S = 60
@@ -89,7 +89,7 @@ def ensure_base_image() -> Path:
         try:
             log(f"building the {SUITE} base image with debootstrap (once; cached in {IMAGE_ROOT})")
             proc = subprocess.run(
-                ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES + PREBAKED_PACKAGES)}", SUITE, str(staging / "rootfs"), MIRROR],
+                ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(staging / "rootfs"), MIRROR],
                 text=True, capture_output=True,
             )
             if proc.returncode != 0:
@@ -105,7 +105,24 @@ def ensure_base_image() -> Path:
         return rootfs
 
 
+def _prebake(rootfs: Path) -> None:
+    """apt-get install PREBAKED_PACKAGES in the chroot (debootstrap's --include cannot
+    order -dev packages' configuration), with services kept from starting."""
+    policy = rootfs / "usr/sbin/policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")  # invoke-rc.d: start nothing in the chroot
+    policy.chmod(0o755)
+    shutil.copy2("/etc/resolv.conf", rootfs / "etc/resolv.conf")
+    env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PREBAKED_PACKAGES]):
+        proc = subprocess.run(["chroot", str(rootfs), *cmd], text=True, capture_output=True, env=env)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
+            raise SystemExit(f"[lxc] pre-baking packages into the base image failed:\n{tail}")
+    policy.unlink()
+
+
 def _finish_image(rootfs: Path) -> None:
+    _prebake(rootfs)
     # Host keys are made per node at clone time, so every node has its own.
     for key in (rootfs / "etc/ssh").glob("ssh_host_*"):
         key.unlink()
