@@ -217,6 +217,16 @@ def _push_results(st, cluster: dict, report: dict) -> None:
         ui.warn(f"results not pushed to the Pushgateway ({e}); they are saved in the state dir")
 
 
+def _show_dashboard(desc: dict, json_out: bool) -> None:
+    from .dashboard import render
+
+    if json_out:
+        ui.print_json(desc)
+        return
+    for line in render(desc):
+        ui.out.print(line)
+
+
 @app.command()
 def dashboard(
     print_only: Annotated[bool, typer.Option("--print", help="only print how to reach the dashboards")] = False,
@@ -238,12 +248,10 @@ def dashboard(
     base = ssh_argv(st, cluster, master)
     common = dict(provider=cluster["provider"], grafana=grafana, secrets_dir=st.secrets_dir)
     if print_only:
-        desc = dash.describe(master["private_ip"], ssh_base_cmd=base, **common)
-        ui.print_json(desc) if json_out else [ui.out.print(line) for line in dash.render(desc)]
+        _show_dashboard(dash.describe(master["private_ip"], ssh_base_cmd=base, **common), json_out)
         return
     with dash.open_dashboard(base, master["private_ip"], provider=cluster["provider"], grafana=grafana) as ports:
-        desc = dash.describe(master["private_ip"], local_ports=ports, **common)
-        ui.print_json(desc) if json_out else [ui.out.print(line) for line in dash.render(desc)]
+        _show_dashboard(dash.describe(master["private_ip"], local_ports=ports, **common), json_out)
         ui.info("tunnel open; Ctrl-C closes it")
         try:
             import time

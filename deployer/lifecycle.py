@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -57,7 +58,7 @@ def confirm_destructive(spec: ClusterSpec, state: ClusterState, yes: bool) -> No
     if not cluster or spec.nodes >= len(cluster["nodes"]) or yes:
         return
     doomed = [n["name"] for n in cluster["nodes"][spec.nodes:]]
-    if not ui.err.is_terminal or not __import__("sys").stdin.isatty():
+    if not ui.err.is_terminal or not sys.stdin.isatty():
         raise UsageError(f"--nodes {spec.nodes} would destroy {', '.join(doomed)}: pass --yes to scale in")
     import typer
 
