@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 NODES ?= 3
 # Debian packages the local provider, the benchmarks and the tests call.
-APT_PACKAGES := lxc debootstrap nftables iproute2 openssh-client openmpi-bin libopenmpi-dev iperf3 \
+APT_PACKAGES := lxc debootstrap nftables iproute2 openssh-client openmpi-bin libopenmpi-dev iperf3 cloud-init \
                 prometheus prometheus-pushgateway prometheus-node-exporter pciutils python3-venv \
                 openssh-server
 

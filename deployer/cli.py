@@ -73,6 +73,7 @@ def up(
     state_dir: StateOpt = DEFAULT_STATE,
     yes: YesOpt = False,
     reconfigure: Annotated[bool, typer.Option("--reconfigure", help="run Ansible even when nothing changed since the last successful run")] = False,
+    replace: Annotated[list[str] | None, typer.Option("--replace", help="recreate this node (name or short name, e.g. worker-1); repeatable")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Provision and configure the cluster (idempotent: re-run to converge or resume)."""
@@ -85,7 +86,7 @@ def up(
         ui.info("provider: local (LXC containers on this machine; no cloud configured; --provider openstack for a cloud)")
     state = ClusterState(state_dir, spec.name)
     lifecycle.confirm_destructive(spec, state, yes)
-    result = lifecycle.up(spec, state, reconfigure=reconfigure)
+    result = lifecycle.up(spec, state, reconfigure=reconfigure or bool(replace), replace=replace or [])
     if json_out:
         ui.print_json(result)
 
@@ -133,6 +134,20 @@ def ssh(
         if node not in before:
             node = None
     raise typer.Exit(lifecycle.ssh(_state(name, state_dir), node, command))
+
+
+@app.command("ssh-config")
+def ssh_config(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE) -> None:
+    """Print the cluster's ssh_config (one Host per node, host keys pinned, workers via the master when needed).
+
+    `deployer ssh-config >> ~/.ssh/config` lets ssh, scp, rsync and editors reach `<name>-master` and the workers.
+    """
+    from .remote import ssh_argv
+
+    st = _state(name, state_dir)
+    cluster = _up_cluster(st)
+    ssh_argv(st, cluster, cluster["nodes"][0])  # writes the file for a state dir that predates it
+    ui.out.print(st.ssh_config.read_text(), end="", markup=False)
 
 
 def _up_cluster(st) -> dict:

@@ -12,29 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .boot import host_key
 from .paths import assets_root
 
 if TYPE_CHECKING:
     from .spec import ClusterSpec
     from .state import ClusterState
-
-
-def ssh_options(state: "ClusterState", cluster: dict[str, Any], node: dict[str, Any]) -> list[str]:
-    """ssh options that reach `node` from this machine, host keys pinned (checking stays on)."""
-    opts = [
-        "-i", str(state.ssh_private_key),
-        "-o", f"UserKnownHostsFile={state.known_hosts}",
-        "-o", "StrictHostKeyChecking=yes",
-        "-o", "IdentitiesOnly=yes",
-        "-o", "BatchMode=yes",
-        "-o", "ConnectTimeout=10",
-    ]
-    master = cluster["nodes"][0]
-    if cluster.get("access") == "via_master" and node["name"] != master["name"]:
-        # Workers have no floating IP: hop through the master with the same pinned keys.
-        jump = shlex.join(["ssh", *opts, "-W", "%h:%p", f"{cluster['ssh_user']}@{master['public_ip']}"])
-        opts += ["-o", f"ProxyCommand={jump}"]
-    return opts
 
 
 def node_address(cluster: dict[str, Any], node: dict[str, Any]) -> str:
@@ -66,12 +49,14 @@ def cluster_cidr(spec: "ClusterSpec") -> str:
 def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
     hosts: dict[str, Any] = {}
     for i, node in enumerate(cluster["nodes"]):
-        ssh_args = ssh_options(state, cluster, node)
         hosts[node["name"]] = {
-            "ansible_host": node_address(cluster, node),
+            # The node's Host block in the cluster's ssh_config (boot.ssh_config) says how
+            # to reach it: address, key, pinned known_hosts, the hop through the master.
+            "ansible_host": node["name"],
             "ansible_user": cluster["ssh_user"],
-            "ansible_ssh_private_key_file": str(state.ssh_private_key),
-            "ansible_ssh_common_args": shlex.join(ssh_args[2:]),  # the key is passed above
+            "ansible_ssh_common_args": shlex.join(["-F", str(state.ssh_config)]),
+            # Pinned on every node too (ssh_mesh), so node-to-node SSH checks it.
+            "deployer_host_key": host_key(state, node["name"]).public,
             "private_ip": node["private_ip"],
             "node_role": node["role"],
             "node_index": i,

@@ -1,6 +1,7 @@
-"""up / down / status: the pipeline of DESIGN.md, provider-blind after preflight.
+"""up / down / status: the pipeline, provider-blind after preflight.
 
-spec -> provider.preflight -> terraform (cluster output) -> inventory -> ansible -> smoke check
+spec -> provider.preflight -> user-data + host keys -> terraform (cluster output)
+     -> known_hosts + ssh_config + inventory -> wait for boot -> ansible -> smoke check
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import inventory, terraform, ui
+from . import boot, inventory, terraform, ui
 from .errors import OperationFailed, UsageError
 from .providers import get_provider
+from .readiness import wait_for_boot
 from .remote import MasterRunner
 from .spec import ClusterSpec
 from .state import ClusterState
@@ -32,7 +34,8 @@ def _check_same_cluster(spec: ClusterSpec, state: ClusterState) -> None:
 
 def _terraform(spec: ClusterSpec, state: ClusterState, run_dir) -> terraform.Engine:
     workdir = terraform.stage_module(spec.provider, state.terraform_dir)
-    return terraform.engine(workdir, run_dir / "terraform.jsonl", spec.terraform.binary)
+    env = get_provider(spec.provider).terraform_env(spec)
+    return terraform.engine(workdir, run_dir / "terraform.jsonl", spec.terraform.binary, env=env)
 
 
 def _fingerprint(inv_path, spec: ClusterSpec) -> str:
@@ -66,16 +69,30 @@ def confirm_destructive(spec: ClusterSpec, state: ClusterState, yes: bool) -> No
         raise UsageError("scale-in cancelled; nothing changed")
 
 
-def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False) -> dict[str, Any]:
+def _replace_addresses(spec: ClusterSpec, state: ClusterState, replace: list[str]) -> list[str]:
+    """--replace NODE (full or short name) -> the Terraform address of that node's machine."""
+    if not replace:
+        return []
+    cluster = state.cluster()
+    if cluster is None:
+        raise UsageError(f"--replace: cluster {spec.name!r} has no nodes yet; run `deployer up` without it")
+    provider = get_provider(spec.provider)
+    return [provider.node_resource(inventory.find_node(cluster, name)["name"]) for name in replace]
+
+
+def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replace: list[str] | None = None) -> dict[str, Any]:
     provider = get_provider(spec.provider)
     _check_same_cluster(spec, state)
+    replace_addrs = _replace_addresses(spec, state, replace or [])
     provider.preflight(spec, state)  # raises before anything exists
+    provider.terraform_env(spec)  # the credentials Terraform will see: refuses what it cannot read
     t0 = time.monotonic()
     with state.lock("up"):
         state.create()
         state.write_record(state.spec_file, {"spec": spec.model_dump(mode="json")})
         run_dir = state.new_run_dir("up")
         ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/]; logs in {run_dir}")
+        boot.write_user_data(spec, state)  # each node's first boot, read by Terraform
         provider.prepare(spec, state)
 
         eng = _terraform(spec, state, run_dir)
@@ -91,9 +108,11 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False) -> dic
             if line and ev.get("type") != "provision_progress":
                 ui.info(f"  {line}")
 
-        eng.apply(on_event)
+        eng.apply(on_event, replace=replace_addrs)
         cluster = eng.output()["cluster"]
         state.write_record(state.cluster_file, cluster)
+        boot.prune(state, cluster)
+        boot.write_access(state, cluster)  # pinned known_hosts + ssh_config, before any SSH
         tf_changed = changes.get("add", 0) + changes.get("change", 0) + changes.get("remove", 0)
         ui.ok(f"terraform: {changes.get('add', 0)} added, {changes.get('change', 0)} changed, {changes.get('remove', 0)} destroyed")
 
@@ -106,6 +125,9 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False) -> dic
             # would find nothing to do. The smoke check below still proves the cluster works.
             ui.ok("ansible: configuration unchanged since the last successful run; skipped (--reconfigure runs it anyway)")
         else:
+            ui.step(f"boot: waiting for SSH with each node's pinned host key and for cloud-init (up to {provider.boot_timeout_s}s)")
+            ready = wait_for_boot(state, cluster, timeout_s=provider.boot_timeout_s, hint=provider.boot_log_hint)
+            ui.ok(f"boot: {len(ready)} node(s) ready (slowest {max(ready.values()):.1f}s)")
             ui.step("ansible: configuring nodes (common, ssh_mesh, shared storage, mpi, training runtime, monitoring)")
             from .ansible import run_playbook
 

@@ -1,4 +1,5 @@
-"""Commands on the nodes over SSH, with the cluster key and pinned host keys."""
+"""Commands on the nodes over SSH: every connection reads the cluster's ssh_config
+(deployer/boot.py writes it: cluster key, pinned host keys, the hop through the master)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,17 @@ import shlex
 import subprocess
 from typing import TYPE_CHECKING, Any
 
-from .inventory import node_address, ssh_options
-
 if TYPE_CHECKING:
     from .state import ClusterState
 
 
 def ssh_argv(state: "ClusterState", cluster: dict[str, Any], node: dict[str, Any], *, tty: bool = False) -> list[str]:
-    argv = ["ssh", *ssh_options(state, cluster, node)]
-    if tty:
-        argv.append("-t")
-    return [*argv, f"{cluster['ssh_user']}@{node_address(cluster, node)}"]
+    """ssh …options… <node name>: the destination last, so callers may add options before it."""
+    if not state.ssh_config.exists():  # a state dir from before ssh_config existed
+        from .boot import write_access
+
+        write_access(state, cluster)
+    return ["ssh", "-F", str(state.ssh_config), *(["-t"] if tty else []), node["name"]]
 
 
 def login_shell(cmd: str) -> str:

@@ -33,6 +33,11 @@ class LocalSpec(_Strict):
         ipaddress.IPv4Network("10.77.0.0/24"), description="cluster bridge subnet; the host takes .1"
     )
     memory_mb: int = Field(1536, ge=256, le=65536, description="memory limit of each node container")
+    access: Literal["direct", "via_master"] = Field(
+        "direct",
+        description="direct: the host reaches every node; via_master: the host reaches only the master "
+        "(a firewall rule drops host -> worker traffic) and workers through it, as on OpenStack",
+    )
     suite: Literal["bookworm"] = "bookworm"
 
     @field_validator("subnet")
@@ -66,6 +71,13 @@ class OpenStackSpec(_Strict):
     floating_ip: str | None = Field(None, description="an existing floating IP for the master")
     network: str | None = Field(None, description="an existing network; default: create a dedicated one")
     network_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("192.168.77.0/24")
+    dns_nameservers: list[ipaddress.IPv4Address] = Field(
+        default_factory=lambda: [ipaddress.IPv4Address("1.1.1.1"), ipaddress.IPv4Address("8.8.8.8")],
+        description="DNS servers of the created subnet (ignored with an existing network)",
+    )
+    root_volume_size: int | None = Field(
+        None, ge=1, le=16384, description="GiB: boot every node from a volume made from the image (GPU flavors with small root disks)"
+    )
     volume_size: int = Field(100, ge=1, le=65536, description="GiB of the shared volume on the master")
     volume_type: str | None = Field(None, description="Cinder volume type of the shared volume; default: the cloud's")
     enable_gpu: bool = False
@@ -133,6 +145,10 @@ class ClusterSpec(_Strict):
         if m.expose and not m.grafana and any(c.prefixlen == 0 for c in m.allowed_cidrs):
             raise ValueError("exposing monitoring to 0.0.0.0/0 needs Grafana's login (monitoring.grafana: true)")
         return self
+
+    def node_names(self) -> list[str]:
+        """Master first, then worker-1…; terraform/modules/design computes the same names."""
+        return [f"{self.name}-master"] + [f"{self.name}-worker-{i}" for i in range(1, self.nodes)]
 
     @property
     def gpus_per_node(self) -> int:
@@ -224,6 +240,7 @@ monitoring:
 local:
   subnet: 10.77.0.0/24  # private bridge; must not collide with a host route
   memory_mb: 1536       # per node container
+  access: direct        # via_master: reach workers only through the master, as on OpenStack
 
 openstack:
   # cloud: elkh          # clouds.yaml entry; default $OS_CLOUD
@@ -231,6 +248,8 @@ openstack:
   image: Ubuntu 22.04
   external_network: public
   volume_size: 100      # GiB, the shared volume on the master
+  # root_volume_size: 50  # GiB: boot from a volume (flavors with a small root disk)
+  # dns_nameservers: [1.1.1.1, 8.8.8.8]  # of the created subnet
   enable_gpu: false
   nvidia_driver_install: true
   admin_cidr: 0.0.0.0/0 # who may SSH to the master; narrow it

@@ -6,7 +6,8 @@
                      refreshed by every apply/destroy, so `status` needs no Terraform run)
   terraform/         Terraform working dir and state; modules/ beside it
   inventory/         Ansible inventory + MPI hostfile rendered from cluster.json
-  ssh/               cluster key pair and known_hosts (0600)
+  ssh/               cluster key pair, known_hosts, ssh_config, host_keys/ (0600)
+  boot/              each node's cloud-init user-data (0600: it holds the node's host key)
   secrets/           generated secrets (0700 dir, 0600 files)
   runs/<time>-<verb>/ full logs of each run
   bench/<run-id>/    benchmark results
@@ -73,6 +74,20 @@ class ClusterState:
     @property
     def known_hosts(self) -> Path:
         return self.ssh_dir / "known_hosts"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.ssh_dir / "config"
+
+    @property
+    def host_keys_dir(self) -> Path:
+        # The nodes' own SSH host keys, generated before boot and handed over in user-data.
+        return self.ssh_dir / "host_keys"
+
+    @property
+    def boot_dir(self) -> Path:
+        # Each node's cloud-init user-data (it holds the node's private host key: 0600).
+        return self.dir / "boot"
 
     @property
     def secrets_dir(self) -> Path:

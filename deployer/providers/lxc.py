@@ -1,16 +1,22 @@
 """The LXC node driver: what Terraform's local-exec provisioners call.
 
-    python -m deployer.providers.lxc network-up  --cluster C --bridge B --subnet S --gateway G/P
+    python -m deployer.providers.lxc network-up  --cluster C --bridge B --subnet S --gateway G/P [--only-master IP]
     python -m deployer.providers.lxc network-down --cluster C --bridge B
-    python -m deployer.providers.lxc node-up --name N --ip IP/P --gateway G --bridge B --user U \
-        --shared HOST:GUEST --memory-mb M --state-dir D
-    python -m deployer.providers.lxc node-down --name N --state-dir D
+    python -m deployer.providers.lxc node-up --name N --ip IP/P --gateway G --bridge B \
+        --shared HOST:GUEST --memory-mb M --user-data FILE
+    python -m deployer.providers.lxc node-down --name N
     python -m deployer.providers.lxc base-image
 
 Each node is a Debian system container (its own systemd, sshd, hostname, static IP)
-cloned from a base image built once with debootstrap. Every command is idempotent:
-Terraform may re-run a create after an interruption, and `down` may run twice.
-Kept free of third-party imports so Terraform can call it cheaply, many at a time.
+cloned from a base image built once with debootstrap. It boots as a cloud VM does:
+the image has Debian's cloud-init, and the node's user-data (deployer/boot.py, the
+same text OpenStack hands to Nova) goes in as a NoCloud seed, so cloud-init creates
+the user, installs its key and the node's pinned host key. The driver itself writes
+only what a cloud image would already have: the host's package sources.
+
+Every command is idempotent: Terraform may re-run a create after an interruption, and
+`down` may run twice. Kept free of third-party imports so Terraform can call it
+cheaply, many at a time.
 """
 
 from __future__ import annotations
@@ -22,11 +28,10 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,9 +53,20 @@ BASE_PACKAGES = [
 PREBAKED_PACKAGES = [
     "openssh-client", "rsync", "iperf3", "curl", "psmisc", "pciutils", "python3-venv",
     "python3-packaging", "openmpi-bin",
+    # The cloud's boot path: the node's user-data arrives as a NoCloud seed.
+    "cloud-init",
 ]
 IMAGE_STAMP = json.dumps({"suite": SUITE, "packages": BASE_PACKAGES + PREBAKED_PACKAGES})
-SSH_TIMEOUT_S = 60
+# What the minimal image needs for cloud-init to finish without errors: a datasource
+# list (NoCloud only; no metadata-service probing), no network configuration (the
+# driver owns eth0) and a locale that exists without locale-gen.
+CLOUD_CFG = """\
+# Written by deployer (providers/lxc.py): the local image boots through NoCloud.
+datasource_list: [ NoCloud, None ]
+network:
+  config: disabled
+locale: C.UTF-8
+"""
 
 
 def log(msg: str) -> None:
@@ -123,13 +139,18 @@ def _prebake(rootfs: Path) -> None:
 
 def _finish_image(rootfs: Path) -> None:
     _prebake(rootfs)
-    # Host keys are made per node at clone time, so every node has its own.
+    # Each node's host key arrives in its user-data.
     for key in (rootfs / "etc/ssh").glob("ssh_host_*"):
         key.unlink()
     (rootfs / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
     (rootfs / "etc/ssh/sshd_config.d/10-deployer.conf").write_text(
         "# Keys only, as on a cloud image.\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUseDNS no\n"
     )
+    (rootfs / "etc/cloud/cloud.cfg.d/90-deployer-local.cfg").write_text(CLOUD_CFG)
+    # Every clone must get its own machine-id and a cloud-init that has never run.
+    (rootfs / "etc/machine-id").write_text("")
+    (rootfs / "var/lib/dbus/machine-id").unlink(missing_ok=True)
+    shutil.rmtree(rootfs / "var/lib/cloud", ignore_errors=True)
     # Containers cannot set the clock or load modules; silence the units that try.
     for unit in ("systemd-timesyncd.service", "systemd-modules-load.service"):
         link = rootfs / "etc/systemd/system" / unit
@@ -215,7 +236,7 @@ def nft_table(cluster: str) -> str:
     return "deployer_" + cluster.replace("-", "_")
 
 
-def network_up(cluster: str, bridge: str, subnet: str, gateway: str) -> None:
+def network_up(cluster: str, bridge: str, subnet: str, gateway: str, only_master: str | None = None) -> None:
     if sh("ip", "link", "show", bridge, check=False, quiet=True).returncode != 0:
         sh("ip", "link", "add", bridge, "type", "bridge")
     have = sh("ip", "-4", "-o", "addr", "show", "dev", bridge, quiet=True).stdout
@@ -235,7 +256,7 @@ table ip {table} {{
     type filter hook forward priority filter; policy accept;
     iifname "{bridge}" accept
     oifname "{bridge}" ct state established,related accept
-  }}
+  }}{_isolation(bridge, only_master)}
 }}
 """
     sh("nft", "delete", "table", "ip", table, check=False, quiet=True)
@@ -243,6 +264,19 @@ table ip {table} {{
     if proc.returncode != 0:
         raise SystemExit(f"[lxc] nft failed: {proc.stderr.strip()}")
     log(f"network {bridge} {gateway} with NAT table {table}")
+
+
+def _isolation(bridge: str, only_master: str | None) -> str:
+    """access: via_master — the host may open connections to the master only, as a
+    laptop reaches a cloud cluster through the master's floating IP. Replies to
+    connections the nodes open (package mirrors on the host) still pass."""
+    if not only_master:
+        return ""
+    return f"""
+  chain output {{
+    type filter hook output priority filter; policy accept;
+    oifname "{bridge}" ip daddr != {only_master} ct state new reject
+  }}"""
 
 
 def network_down(cluster: str, bridge: str) -> None:
@@ -261,6 +295,12 @@ def _memory_key() -> str:
     return "lxc.cgroup2.memory.max" if Path("/sys/fs/cgroup/cgroup.controllers").exists() else "lxc.cgroup.memory.limit_in_bytes"
 
 
+def stable_mac(ip: str) -> str:
+    """02:d5:<the four bytes of the address>: locally administered, unique per address."""
+    octets = ipaddress.IPv4Interface(ip).ip.packed
+    return "02:d5:" + ":".join(f"{b:02x}" for b in octets)
+
+
 def _write_config(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, mounts: list[Path]) -> None:
     host_shared, guest_shared = shared.split(":", 1)
     lines = [
@@ -273,6 +313,9 @@ def _write_config(name: str, ip: str, gateway: str, bridge: str, shared: str, me
         f"lxc.net.0.link = {bridge}",
         "lxc.net.0.flags = up",
         "lxc.net.0.name = eth0",
+        # A MAC derived from the address: a node recreated at the same IP keeps its MAC,
+        # so no neighbour cache (the host's, the master's) points at a dead one.
+        f"lxc.net.0.hwaddr = {stable_mac(ip)}",
         f"lxc.net.0.ipv4.address = {ip}",
         f"lxc.net.0.ipv4.gateway = {gateway}",
         f"{_memory_key()} = {memory_mb}M",
@@ -286,60 +329,35 @@ def _write_config(name: str, ip: str, gateway: str, bridge: str, shared: str, me
     (LXC_PATH / name / "config").write_text("\n".join(lines) + "\n")
 
 
-def _customise(rootfs: Path, name: str, user: str, pubkey: str, pip_conf: str) -> None:
-    """Hostname, package sources, cluster user with sudo and its key, a fresh host key."""
-    (rootfs / "etc/hostname").write_text(name + "\n")
-    hosts = rootfs / "etc/hosts"
-    hosts.write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n::1 localhost ip6-localhost ip6-loopback\n")
+def _customise(rootfs: Path, pip_conf: str) -> None:
+    """What a site's cloud image would already have: the host's package sources and CA."""
     shutil.copy2("/etc/resolv.conf", rootfs / "etc/resolv.conf")
     _carry_apt(rootfs)
     _carry_ca(rootfs)
     (rootfs / "etc/pip.conf").write_text(pip_conf)
-    if sh("chroot", str(rootfs), "id", "-u", user, check=False, quiet=True).returncode != 0:
-        sh("chroot", str(rootfs), "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo", user)
-    (rootfs / f"etc/sudoers.d/90-{user}").write_text(f"# as cloud-init does on a cloud image\n{user} ALL=(ALL) NOPASSWD:ALL\n")
-    (rootfs / f"etc/sudoers.d/90-{user}").chmod(0o440)
-    home = rootfs / "home" / user
-    ssh_dir = home / ".ssh"
-    ssh_dir.mkdir(mode=0o700, exist_ok=True)
-    (ssh_dir / "authorized_keys").write_text(pubkey)
-    (ssh_dir / "authorized_keys").chmod(0o600)
-    uid_gid = sh("chroot", str(rootfs), "id", "-u", user).stdout.strip(), sh("chroot", str(rootfs), "id", "-g", user).stdout.strip()
-    for p in (ssh_dir, ssh_dir / "authorized_keys"):
-        os.chown(p, int(uid_gid[0]), int(uid_gid[1]))
-    key = rootfs / "etc/ssh/ssh_host_ed25519_key"
-    if not key.exists():
-        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key))
 
 
-def _pin_host_key(known_hosts: Path, name: str, ip: str, hostkey: str) -> None:
-    with file_lock(known_hosts.with_suffix(".lock")):
-        lines = [line for line in (known_hosts.read_text().splitlines() if known_hosts.exists() else []) if line.split(" ", 1)[0].split(",")[0] not in (name, ip)]
-        lines.append(f"{name},{ip} {hostkey}")
-        known_hosts.write_text("\n".join(lines) + "\n")
-        known_hosts.chmod(0o600)
+def _seed(rootfs: Path, name: str, user_data: Path) -> None:
+    """The NoCloud seed: the node's user-data, and meta-data with a fresh instance-id
+    (cloud-init runs its once-per-instance modules for a new id)."""
+    seed = rootfs / "var/lib/cloud/seed/nocloud"
+    seed.mkdir(mode=0o700, parents=True, exist_ok=True)
+    shutil.copyfile(user_data, seed / "user-data")
+    (seed / "user-data").chmod(0o600)  # it holds the node's private host key
+    (seed / "meta-data").write_text(f"instance-id: iid-{name}-{uuid.uuid4().hex[:12]}\nlocal-hostname: {name}\n")
 
 
-def _wait_for_ssh(ip: str, name: str) -> None:
-    deadline = time.monotonic() + SSH_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((ip, 22), timeout=1) as s:
-                if s.recv(4).startswith(b"SSH"):
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit(f"[lxc] {name}: sshd did not answer on {ip}:22 within {SSH_TIMEOUT_S}s; see `lxc-info -n {name}`")
-
-
-def node_up(name: str, ip: str, gateway: str, bridge: str, user: str, shared: str, memory_mb: int, state_dir: Path) -> None:
+def node_up(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, user_data: Path) -> None:
+    """Create (when absent) and start the node. Returns once the container runs: like a
+    cloud server turning ACTIVE, that is not yet a booted node; the deployer waits for
+    SSH with the pinned key and for cloud-init before it configures anything."""
     address = ipaddress.IPv4Interface(ip)
-    pubkey = (state_dir / "ssh/id_ed25519.pub").read_text()
     Path(shared.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
-    current = node_state(name)
     rootfs = LXC_PATH / name / "rootfs"
-    if current == "ABSENT":
+    if node_state(name) == "ABSENT":
         # New, or left half-made by an interrupted run: (re)build it whole.
+        if not user_data.is_file():
+            raise SystemExit(f"[lxc] {name}: no user-data at {user_data}; run `deployer up` (it renders it before Terraform)")
         base = ensure_base_image()
         shutil.rmtree(LXC_PATH / name, ignore_errors=True)
         (LXC_PATH / name).mkdir(parents=True)
@@ -347,29 +365,27 @@ def node_up(name: str, ip: str, gateway: str, bridge: str, user: str, shared: st
         sh("cp", "-a", "--reflink=auto", str(base), str(tmp))
         tmp.rename(rootfs)
         pip_conf, mounts = host_carry()
-        _customise(rootfs, name, user, pubkey, pip_conf)
+        _customise(rootfs, pip_conf)
+        _seed(rootfs, name, user_data)
         _write_config(name, str(address), gateway, bridge, shared, memory_mb, mounts)  # last: marks it made
     if node_state(name) != "RUNNING":
-        # A stopped node keeps what Ansible made of it; only start it again.
+        # A stopped node keeps what cloud-init and Ansible made of it; only start it again.
         sh("lxc-start", "-n", name, "-d", "-l", "WARN", "-o", str(LXC_PATH / name / "lxc.log"))
-    hostkey = " ".join(Path(f"{rootfs}/etc/ssh/ssh_host_ed25519_key.pub").read_text().split()[:2])
-    _pin_host_key(state_dir / "ssh/known_hosts", name, str(address.ip), hostkey)
-    _wait_for_ssh(str(address.ip), name)
-    log(f"{name} up at {address.ip}")
+    log(f"{name} started at {address.ip}")
 
 
-def node_down(name: str, state_dir: Path) -> None:
+def node_down(name: str) -> None:
     if node_state(name) != "ABSENT":
         sh("lxc-stop", "-n", name, "-k", check=False, quiet=True)
         sh("lxc-destroy", "-n", name, check=False, quiet=True)
     if (LXC_PATH / name).exists():
         shutil.rmtree(LXC_PATH / name)
-    known = state_dir / "ssh/known_hosts"
-    if known.exists():
-        with file_lock(known.with_suffix(".lock")):
-            keep = [line for line in known.read_text().splitlines() if line.split(",", 1)[0] != name]
-            known.write_text("\n".join(keep) + ("\n" if keep else ""))
     log(f"{name} removed")
+
+
+def boot_log_hint(name: str) -> str:
+    """Where to look when a node does not come up."""
+    return f"`lxc-attach -n {name} -- journalctl -b --no-pager` and `lxc-attach -n {name} -- cat /var/log/cloud-init.log`, or {LXC_PATH / name / 'lxc.log'}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -382,24 +398,25 @@ def main(argv: list[str] | None = None) -> int:
         sp.add_argument("--bridge", required=True)
     nu.add_argument("--subnet", required=True)
     nu.add_argument("--gateway", required=True)
+    nu.add_argument("--only-master", help="drop host -> node traffic except to this address (access: via_master)")
     up = sub.add_parser("node-up")
-    for flag in ("--name", "--ip", "--gateway", "--bridge", "--user", "--shared"):
+    for flag in ("--name", "--ip", "--gateway", "--bridge", "--shared"):
         up.add_argument(flag, required=True)
     up.add_argument("--memory-mb", type=int, required=True)
-    up.add_argument("--state-dir", type=Path, required=True)
+    up.add_argument("--user-data", type=Path, required=True)
     down = sub.add_parser("node-down")
     down.add_argument("--name", required=True)
-    down.add_argument("--state-dir", type=Path, required=True)
+    down.add_argument("--state-dir", help=argparse.SUPPRESS)  # passed by clusters made before the boot contract
     sub.add_parser("base-image")
     a = p.parse_args(argv)
     if a.cmd == "network-up":
-        network_up(a.cluster, a.bridge, a.subnet, a.gateway)
+        network_up(a.cluster, a.bridge, a.subnet, a.gateway, a.only_master)
     elif a.cmd == "network-down":
         network_down(a.cluster, a.bridge)
     elif a.cmd == "node-up":
-        node_up(a.name, a.ip, a.gateway, a.bridge, a.user, a.shared, a.memory_mb, a.state_dir)
+        node_up(a.name, a.ip, a.gateway, a.bridge, a.shared, a.memory_mb, a.user_data)
     elif a.cmd == "node-down":
-        node_down(a.name, a.state_dir)
+        node_down(a.name)
     elif a.cmd == "base-image":
         print(ensure_base_image())
     return 0

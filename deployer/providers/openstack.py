@@ -24,6 +24,8 @@ UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]
 
 class OpenStackProvider:
     name = "openstack"
+    # A GPU VM may take minutes to be scheduled, boot and run cloud-init.
+    boot_timeout_s = 900
 
     def __init__(self) -> None:
         self._checked: PreflightResult | None = None
@@ -76,13 +78,26 @@ class OpenStackProvider:
             "monitoring_expose": expose,
             "monitoring_allowed_cidrs": [str(c) for c in m.allowed_cidrs] if expose else [],
             "volume_size": o.volume_size,
-            # Proposed spec keys (see docs/openstack.md); read only when the spec has them.
-            "volume_type": getattr(o, "volume_type", None),
+            "volume_type": o.volume_type,
+            "root_volume_size": o.root_volume_size,
+            "dns_nameservers": [str(ip) for ip in o.dns_nameservers],
+            "boot_dir": str(state.boot_dir),
         }
         return {k: v for k, v in values.items() if v is not None}
 
+    def terraform_env(self, spec: ClusterSpec) -> dict[str, str]:
+        from .openstack_preflight import client_config_env
+
+        return client_config_env(spec.openstack.cloud)
+
+    def node_resource(self, node: str) -> str:
+        return f'openstack_compute_instance_v2.node["{node}"]'
+
     def prepare(self, spec: ClusterSpec, state: ClusterState) -> None:
         """Nothing to build ahead of Terraform on a cloud."""
+
+    def boot_log_hint(self, node: str) -> str:
+        return f"`openstack console log show {node}` (the VM's console: cloud-init prints its errors there)"
 
     def leftovers(self, spec: ClusterSpec, state: ClusterState) -> list[str]:
         from .openstack_preflight import leftovers

@@ -19,6 +19,7 @@ import re
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OperationFailed, PreflightError
@@ -162,6 +163,36 @@ def scrub(text: str, secrets: list[str]) -> str:
     return " ".join(text.split())
 
 
+def client_config_env(cloud: str | None, cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment that makes Terraform's OpenStack provider read the credentials the
+    preflight read.
+
+    openstacksdk finds ./clouds.yaml (and ./secure.yaml) in the working directory;
+    Terraform runs in the state dir, where the provider would find none. So a file found
+    here, or named by OS_CLIENT_CONFIG_FILE / OS_CLIENT_SECURE_FILE, is handed over by
+    absolute path. Only paths and the entry's name travel, never a secret. A file that
+    exists but cannot be read is refused here, before anything is created.
+    """
+    environ = os.environ if environ is None else environ
+    cwd = cwd or Path.cwd()
+    env: dict[str, str] = {}
+    for var, names in (("OS_CLIENT_CONFIG_FILE", ("clouds.yaml", "clouds.yml")), ("OS_CLIENT_SECURE_FILE", ("secure.yaml", "secure.yml"))):
+        given = environ.get(var)
+        path = Path(given).expanduser() if given else next((cwd / n for n in names if (cwd / n).exists()), None)
+        if path is None or not path.exists():  # openstacksdk skips a named file that is not there too
+            continue
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as e:
+            how = f"${var}" if given else "found in the working directory"
+            raise PreflightError(f"{path} ({how}) cannot be read ({e.strerror}): fix its permissions or path") from None
+        env[var] = str(path.resolve())
+    if cloud or environ.get("OS_CLOUD"):
+        env["OS_CLOUD"] = cloud or environ["OS_CLOUD"]
+    return env
+
+
 # ---- the cloud -----------------------------------------------------------------------------
 
 
@@ -296,6 +327,7 @@ def node_name_pattern(cluster: str) -> str:
 
 def check(spec: ClusterSpec) -> PreflightResult:
     """Every check; raises on the first category of problems, collecting within it."""
+    client_config_env(spec.openstack.cloud)  # an unreadable clouds.yaml: one line, before any call
     with quiet_sdk_logs():
         conn, project_id = connect(spec.openstack.cloud)
         try:

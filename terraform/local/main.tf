@@ -14,6 +14,8 @@ locals {
   prefix_len = tonumber(split("/", var.subnet)[1])
   gateway    = cidrhost(var.subnet, 1)
   driver     = join(" ", [for a in var.driver : format("'%s'", a)])
+  # Nodes take .10 upwards; the master is index 0.
+  master_ip = cidrhost(var.subnet, 10)
 }
 
 resource "terraform_data" "network" {
@@ -23,10 +25,12 @@ resource "terraform_data" "network" {
     bridge  = var.bridge
     subnet  = var.subnet
     gateway = "${local.gateway}/${local.prefix_len}"
+    # access = via_master: the host may reach the master only (a firewall rule).
+    only_master = var.access == "via_master" ? "--only-master ${local.master_ip}" : ""
   }
 
   provisioner "local-exec" {
-    command = "${self.input.driver} network-up --cluster ${self.input.cluster} --bridge ${self.input.bridge} --subnet ${self.input.subnet} --gateway ${self.input.gateway}"
+    command = "${self.input.driver} network-up --cluster ${self.input.cluster} --bridge ${self.input.bridge} --subnet ${self.input.subnet} --gateway ${self.input.gateway} ${self.input.only_master}"
   }
 
   provisioner "local-exec" {
@@ -47,18 +51,26 @@ resource "terraform_data" "node" {
     prefix_len = local.prefix_len
     gateway    = local.gateway
     bridge     = terraform_data.network.input.bridge
-    ssh_user   = var.ssh_user
     shared     = "${var.shared_host_dir}:${var.shared_dir}"
     memory_mb  = var.memory_mb
-    state_dir  = var.state_dir
+    # The node's cloud-init user-data (deployer/boot.py), the same text OpenStack
+    # hands to Nova; the driver seeds it into the container as NoCloud.
+    user_data = "${var.boot_dir}/${each.key}.user-data"
+  }
+
+  lifecycle {
+    precondition {
+      condition     = fileexists("${var.boot_dir}/${each.key}.user-data")
+      error_message = "No user-data for ${each.key} in boot_dir: `deployer up` renders it before Terraform runs."
+    }
   }
 
   provisioner "local-exec" {
-    command = "${self.input.driver} node-up --name ${self.input.name} --ip ${self.input.ip}/${self.input.prefix_len} --gateway ${self.input.gateway} --bridge ${self.input.bridge} --user ${self.input.ssh_user} --shared ${self.input.shared} --memory-mb ${self.input.memory_mb} --state-dir '${self.input.state_dir}'"
+    command = "${self.input.driver} node-up --name ${self.input.name} --ip ${self.input.ip}/${self.input.prefix_len} --gateway ${self.input.gateway} --bridge ${self.input.bridge} --shared ${self.input.shared} --memory-mb ${self.input.memory_mb} --user-data '${self.input.user_data}'"
   }
 
   provisioner "local-exec" {
     when    = destroy
-    command = "${self.input.driver} node-down --name ${self.input.name} --state-dir '${self.input.state_dir}'"
+    command = "${self.input.driver} node-down --name ${self.input.name}"
   }
 }

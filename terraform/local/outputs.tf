@@ -5,8 +5,9 @@ output "cluster" {
     provider   = "local"
     ssh_user   = var.ssh_user
     shared_dir = var.shared_dir
-    # The host sits on the cluster bridge, so it reaches every node directly.
-    access = "direct"
+    # direct: the host sits on the cluster bridge and reaches every node.
+    # via_master: a firewall rule lets it reach the master only, as on OpenStack.
+    access = var.access
     nodes = [
       for name in module.design.names : {
         name       = name

@@ -43,9 +43,23 @@ variable "shared_host_dir" {
   description = "Host directory bind-mounted at shared_dir on every node."
 }
 
-variable "state_dir" {
+variable "boot_dir" {
   type        = string
-  description = "The cluster's deployer state directory (SSH keys, known_hosts)."
+  description = "Directory of each node's cloud-init user-data, <node name>.user-data (rendered by the deployer)."
+  validation {
+    condition     = startswith(var.boot_dir, "/")
+    error_message = "boot_dir must be an absolute path."
+  }
+}
+
+variable "access" {
+  type        = string
+  description = "How the host reaches the nodes: direct (every node) or via_master (the master only; workers through it)."
+  default     = "direct"
+  validation {
+    condition     = contains(["direct", "via_master"], var.access)
+    error_message = "access must be direct or via_master."
+  }
 }
 
 variable "memory_mb" {

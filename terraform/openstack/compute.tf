@@ -1,6 +1,9 @@
-# The nodes. The deployer's cluster key always goes in through cloud-init for
-# ssh_user (Ansible and MPI use it); key_pair, when given, adds an existing Nova key
-# pair (e.g. the user's own) and otherwise the cluster key is uploaded as one.
+# The nodes. Each boots from its own cloud-init user-data, rendered by the deployer
+# (deployer/boot.py) into boot_dir before Terraform runs: the cluster user with the
+# cluster key and passwordless sudo, and the node's own SSH host key, which the
+# deployer pins in known_hosts before the first connection. The local provider boots
+# its containers from the same text. key_pair, when given, adds an existing Nova key
+# pair (e.g. the user's own); otherwise the cluster key is uploaded as one.
 
 resource "openstack_compute_keypair_v2" "cluster" {
   count      = var.key_pair == null ? 1 : 0
@@ -10,33 +13,24 @@ resource "openstack_compute_keypair_v2" "cluster" {
 
 locals {
   key_pair = var.key_pair != null ? var.key_pair : openstack_compute_keypair_v2.cluster[0].name
+  # Boot from a volume needs the image's id; a name is looked up once.
+  image_id = var.image_id != null ? var.image_id : data.openstack_images_image_v2.node[0].id
+}
 
-  # `default` keeps the image's own user (ubuntu, debian, ...); a named entry with
-  # the same name is merged into it by cloud-init, so ssh_user = "ubuntu" is fine.
-  user_data = join("\n", ["#cloud-config", yamlencode({
-    users = [
-      "default",
-      {
-        name                = var.ssh_user
-        shell               = "/bin/bash"
-        sudo                = "ALL=(ALL) NOPASSWD:ALL"
-        lock_passwd         = true
-        ssh_authorized_keys = [trimspace(var.public_key)]
-      },
-    ]
-    ssh_pwauth   = false
-    disable_root = true
-  })])
+data "openstack_images_image_v2" "node" {
+  count       = var.image_id == null ? 1 : 0
+  name        = var.image_name
+  most_recent = true
 }
 
 resource "openstack_compute_instance_v2" "node" {
   for_each    = module.design.nodes
   name        = each.key
   flavor_name = var.flavor_name
-  image_id    = var.image_id
-  image_name  = var.image_name
-  key_pair    = local.key_pair
-  user_data   = local.user_data
+  # Booted from a volume (root_volume_size) the image is the volume's source instead.
+  image_id  = var.root_volume_size == null ? local.image_id : null
+  key_pair  = local.key_pair
+  user_data = file("${var.boot_dir}/${each.key}.user-data")
 
   metadata = {
     deployer_cluster = var.cluster_name
@@ -48,6 +42,20 @@ resource "openstack_compute_instance_v2" "node" {
     port = openstack_networking_port_v2.node[each.key].id
   }
 
+  # GPU flavors often have a small (or 0 GB) root disk: boot from a Cinder volume
+  # made from the image, deleted with the server.
+  dynamic "block_device" {
+    for_each = var.root_volume_size == null ? [] : [var.root_volume_size]
+    content {
+      uuid                  = local.image_id
+      source_type           = "image"
+      destination_type      = "volume"
+      volume_size           = block_device.value
+      boot_index            = 0
+      delete_on_termination = true
+    }
+  }
+
   lifecycle {
     precondition {
       condition     = (var.image_id == null) != (var.image_name == null)
@@ -57,6 +65,6 @@ resource "openstack_compute_instance_v2" "node" {
     # A changed image, key or user_data would rebuild or replace running nodes
     # (and the master's shared volume with them): they apply to new nodes only.
     # `deployer down` + `deployer up` rebuilds everything.
-    ignore_changes = [image_id, image_name, key_pair, user_data]
+    ignore_changes = [image_id, key_pair, user_data, block_device]
   }
 }

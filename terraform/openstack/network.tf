@@ -15,13 +15,14 @@ resource "openstack_networking_network_v2" "cluster" {
 }
 
 resource "openstack_networking_subnet_v2" "cluster" {
-  count       = var.create_network ? 1 : 0
-  name        = "${var.cluster_name}-subnet"
-  network_id  = openstack_networking_network_v2.cluster[0].id
-  cidr        = var.network_cidr
-  ip_version  = 4
-  enable_dhcp = true
-  tags        = local.tags
+  count           = var.create_network ? 1 : 0
+  name            = "${var.cluster_name}-subnet"
+  network_id      = openstack_networking_network_v2.cluster[0].id
+  cidr            = var.network_cidr
+  ip_version      = 4
+  enable_dhcp     = true
+  dns_nameservers = var.dns_nameservers
+  tags            = local.tags
 }
 
 resource "openstack_networking_router_v2" "cluster" {

@@ -102,6 +102,25 @@ variable "public_key" {
   }
 }
 
+variable "boot_dir" {
+  type        = string
+  description = "Directory of each node's cloud-init user-data, <node name>.user-data, rendered by the deployer (it holds the node's SSH host key)."
+  validation {
+    condition     = startswith(var.boot_dir, "/")
+    error_message = "boot_dir must be an absolute path."
+  }
+}
+
+variable "root_volume_size" {
+  type        = number
+  description = "Boot every node from a Cinder volume of this many GiB made from the image (for flavors with a small root disk); null: boot from the flavor's disk."
+  default     = null
+  validation {
+    condition     = var.root_volume_size == null || (coalesce(var.root_volume_size, 1) >= 1 && coalesce(var.root_volume_size, 1) <= 16384 && floor(coalesce(var.root_volume_size, 1)) == coalesce(var.root_volume_size, 1))
+    error_message = "root_volume_size must be a whole number of GiB from 1 to 16384, or null."
+  }
+}
+
 variable "enable_gpu" {
   type        = bool
   description = "Whether the nodes have GPUs (sets gpus in the cluster output, which puts them in the Ansible 'gpu' group)."
@@ -153,6 +172,16 @@ variable "network_cidr" {
   validation {
     condition     = can(cidrhost(var.network_cidr, 0)) && can(regex("^[0-9.]+/([0-9]|[12][0-9])$", var.network_cidr))
     error_message = "network_cidr must be an IPv4 CIDR of /29 or larger, such as 192.168.77.0/24."
+  }
+}
+
+variable "dns_nameservers" {
+  type        = list(string)
+  description = "DNS servers of the created cluster subnet (create_network = true); nodes need names for apt and pip."
+  default     = ["1.1.1.1", "8.8.8.8"]
+  validation {
+    condition     = alltrue([for ip in var.dns_nameservers : can(cidrhost("${ip}/32", 0))])
+    error_message = "dns_nameservers must be IPv4 addresses such as 1.1.1.1."
   }
 }
 

@@ -5,7 +5,7 @@ import shlex
 import pytest
 import yaml
 
-from deployer import inventory
+from deployer import boot, inventory
 from deployer.errors import UsageError
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
@@ -41,42 +41,41 @@ def test_hostfile_one_line_per_node_slots_are_gpus_or_one():
     assert inventory.hostfile(CLOUD) == "192.168.77.10 slots=2\n192.168.77.11 slots=2\n"
 
 
+def _state(tmp_path, cluster):
+    st = ClusterState(tmp_path, cluster["name"])
+    boot.ensure_host_keys(st, [n["name"] for n in cluster["nodes"]])
+    return st
+
+
 def test_groups_and_host_vars(tmp_path):
-    st = ClusterState(tmp_path, "demo")
+    st = _state(tmp_path, LOCAL)
     inv = inventory.render(LOCAL, ClusterSpec(nodes=3), st)["all"]
     assert list(inv["hosts"]) == ["demo-master", "demo-worker-1", "demo-worker-2"]
     assert list(inv["children"]["master"]["hosts"]) == ["demo-master"]
     assert list(inv["children"]["workers"]["hosts"]) == ["demo-worker-1", "demo-worker-2"]
     assert inv["children"]["gpu"]["hosts"] == {}
     w = inv["hosts"]["demo-worker-2"]
-    assert (w["ansible_host"], w["private_ip"], w["node_role"], w["node_index"], w["gpus"]) == ("10.77.0.12", "10.77.0.12", "worker", 2, 0)
+    assert (w["ansible_host"], w["private_ip"], w["node_role"], w["node_index"], w["gpus"]) == ("demo-worker-2", "10.77.0.12", "worker", 2, 0)
+    assert w["deployer_host_key"] == boot.host_key(st, "demo-worker-2").public
     assert inv["vars"]["deployer_cluster_cidr"] == "10.77.0.0/24"
     assert inv["vars"]["deployer_provider"] == "local"
 
 
-def test_host_key_checking_stays_on_and_keys_are_pinned(tmp_path):
-    st = ClusterState(tmp_path, "demo")
-    for host in inventory.render(LOCAL, ClusterSpec(nodes=3), st)["all"]["hosts"].values():
-        args = shlex.split(host["ansible_ssh_common_args"])
-        assert "StrictHostKeyChecking=yes" in args
-        assert f"UserKnownHostsFile={st.known_hosts}" in args
-        assert not any("StrictHostKeyChecking=no" in a for a in args)
-
-
-def test_cloud_workers_hop_through_the_master(tmp_path):
-    st = ClusterState(tmp_path, "gpu")
+def test_ansible_reaches_nodes_through_the_clusters_ssh_config(tmp_path):
+    # Host key checking, the key and the hop through the master all live in one file
+    # (tested in test_boot.py); Ansible reads it like every other SSH of the deployer.
+    st = _state(tmp_path, CLOUD)
     spec = ClusterSpec(name="gpu", provider="openstack", nodes=2)
     hosts = inventory.render(CLOUD, spec, st)["all"]["hosts"]
-    assert "ProxyCommand" not in hosts["gpu-master"]["ansible_ssh_common_args"]
-    proxy = hosts["gpu-worker-1"]["ansible_ssh_common_args"]
-    assert "ProxyCommand=" in proxy and "ubuntu@203.0.113.5" in proxy and "StrictHostKeyChecking=yes" in proxy
-    assert hosts["gpu-worker-1"]["ansible_host"] == "192.168.77.11"
+    for name, host in hosts.items():
+        assert shlex.split(host["ansible_ssh_common_args"]) == ["-F", str(st.ssh_config)]
+        assert host["ansible_host"] == name and host["ansible_user"] == "ubuntu"
     inv = inventory.render(CLOUD, spec, st)["all"]
     assert list(inv["children"]["gpu"]["hosts"]) == ["gpu-master", "gpu-worker-1"]
 
 
 def test_write_produces_yaml_and_hostfile(tmp_path):
-    st = ClusterState(tmp_path, "demo")
+    st = _state(tmp_path, LOCAL)
     path = inventory.write(LOCAL, ClusterSpec(nodes=3), st)
     assert yaml.safe_load(path.read_text())["all"]["hosts"]["demo-master"]["ansible_user"] == "deployer"
     assert (st.inventory_dir / "hostfile").read_text().count("\n") == 3

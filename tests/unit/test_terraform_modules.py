@@ -262,6 +262,15 @@ def test_openstack_arguments_are_documented():
             for arg, value in body.items():
                 if arg.startswith("__") or arg in META_ARGUMENTS:
                     continue
+                if arg == "dynamic":  # dynamic "<block>" { content { ... } }: the block's own arguments
+                    for dyn in value:
+                        for label, spec in dyn.items():
+                            label = _unquote(label)
+                            assert label in schema["blocks"], f"{rtype}.{name}: dynamic block {label} is not documented"
+                            for inner in spec["content"][0]:
+                                if not inner.startswith("__"):
+                                    assert inner in schema["blocks"][label], f"{rtype}.{name}: {label}.{inner} is not documented"
+                    continue
                 if _is_block(value):
                     assert arg in schema["blocks"], f"{rtype}.{name}: block {arg} is not documented"
                     for block in value:

@@ -1,0 +1,211 @@
+"""The boot contract: every node's first boot is one `#cloud-config`, rendered here.
+
+Both providers boot nodes from the same text: OpenStack hands it to Nova as the
+server's `user_data`; the local provider writes it as a NoCloud seed into the
+container before its first boot. It carries the cluster user (the cluster key,
+passwordless sudo), the hostname and the node's own SSH host key. The host keys are
+generated here, into the state dir, before Terraform runs, so `known_hosts` is written
+from them before the first connection: host key checking is on from the start and
+nothing is trusted on first use.
+
+After Terraform, the same module writes what every SSH of the deployer reads: the
+pinned `known_hosts` and an `ssh_config` with one `Host` block per node (workers hop
+through the master when the cluster's `access` says so).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .spec import ClusterSpec
+    from .state import ClusterState
+
+# Nova refuses a server whose base64-encoded user_data is longer than this.
+NOVA_USER_DATA_LIMIT = 65535
+HOST_KEY_TYPE = "ed25519"
+
+
+@dataclass(frozen=True)
+class HostKey:
+    name: str
+    private_path: Path
+
+    @property
+    def public(self) -> str:
+        """'ssh-ed25519 AAAA…' without the comment, as known_hosts wants it."""
+        return " ".join(self.private_path.with_suffix(".pub").read_text().split()[:2])
+
+    @property
+    def private(self) -> str:
+        return self.private_path.read_text()
+
+
+def host_key(state: "ClusterState", name: str) -> HostKey:
+    return HostKey(name, state.host_keys_dir / f"{name}_{HOST_KEY_TYPE}")
+
+
+def ensure_host_keys(state: "ClusterState", names: list[str]) -> dict[str, HostKey]:
+    """One ed25519 host key per node name, made once (0600) and kept while the node is.
+
+    Keyed by name, so a node Terraform recreates comes back with the same key and the
+    pinned known_hosts stays true.
+    """
+    d = state.host_keys_dir
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    keys = {}
+    for name in names:
+        key = host_key(state, name)
+        if not key.private_path.exists() or not key.private_path.with_suffix(".pub").exists():
+            key.private_path.unlink(missing_ok=True)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", HOST_KEY_TYPE, "-N", "", "-C", f"{name} host key", "-f", str(key.private_path)],
+                check=True, capture_output=True,
+            )
+        key.private_path.chmod(0o600)
+        keys[name] = key
+    return keys
+
+
+def render_user_data(*, hostname: str, user: str, authorized_key: str, key: HostKey) -> str:
+    """The `#cloud-config` of one node: valid for Debian/Ubuntu cloud images and the local image."""
+    config: dict[str, Any] = {
+        "hostname": hostname,
+        "preserve_hostname": False,
+        # Only the 127.0.1.1 line; the cluster's names go in through Ansible, and a
+        # templated /etc/hosts would overwrite them on every boot.
+        "manage_etc_hosts": "localhost",
+        "users": [
+            # `default` keeps the image's own user (ubuntu, debian…); an entry of the same
+            # name is merged into it, so ssh_user = ubuntu works too.
+            "default",
+            {
+                "name": user,
+                "shell": "/bin/bash",
+                "sudo": "ALL=(ALL) NOPASSWD:ALL",
+                "lock_passwd": True,
+                "ssh_authorized_keys": [authorized_key.strip()],
+            },
+        ],
+        "ssh_pwauth": False,
+        "disable_root": True,
+        # The node's own host key, made by the deployer and pinned before the first
+        # connection. The image's keys go; no other type is generated.
+        "ssh_deletekeys": True,
+        "ssh_genkeytypes": [HOST_KEY_TYPE],
+        "ssh_keys": {
+            f"{HOST_KEY_TYPE}_private": key.private,
+            f"{HOST_KEY_TYPE}_public": key.public,
+        },
+    }
+    return "#cloud-config\n" + yaml.safe_dump(config, sort_keys=False, width=1000)
+
+
+def check_user_data_size(name: str, text: str) -> None:
+    size = len(base64.b64encode(text.encode()))
+    if size > NOVA_USER_DATA_LIMIT:
+        raise UsageError(
+            f"the user-data of {name} is {size} bytes base64-encoded, over Nova's limit of {NOVA_USER_DATA_LIMIT}: "
+            f"shorten ssh_user or the keys, or report it as a deployer bug"
+        )
+
+
+def write_user_data(spec: "ClusterSpec", state: "ClusterState") -> Path:
+    """Render every node's user-data into <state>/boot/<node>.user-data (0600); return the dir.
+
+    Runs before Terraform: both modules read these files. Refuses (exit 2, nothing
+    created in the cloud) when one is too big for Nova.
+    """
+    names = spec.node_names()
+    keys = ensure_host_keys(state, names)
+    authorized = state.ssh_public_key.read_text()
+    texts = {}
+    for name in names:
+        texts[name] = render_user_data(hostname=name, user=spec.ssh_user, authorized_key=authorized, key=keys[name])
+        check_user_data_size(name, texts[name])
+    d = state.boot_dir
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for name, text in texts.items():
+        path = d / f"{name}.user-data"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+    return d
+
+
+def prune(state: "ClusterState", cluster: dict[str, Any]) -> None:
+    """Forget the keys and user-data of nodes the cluster no longer has (after a scale-in)."""
+    keep = {n["name"] for n in cluster["nodes"]}
+    for d in (state.host_keys_dir, state.boot_dir):
+        if d.is_dir():
+            for f in d.iterdir():
+                if f.name.split("_")[0].removesuffix(".user-data") not in keep:
+                    f.unlink()
+
+
+# ---- after Terraform: what every SSH reads ---------------------------------------------------
+
+
+def known_hosts(state: "ClusterState", cluster: dict[str, Any]) -> str:
+    """One line per node: its name, cluster address and public address, and its generated key."""
+    lines = ["# Written by deployer from the host keys it generated; every SSH checks against these."]
+    for node in cluster["nodes"]:
+        names = [node["name"], node["private_ip"]] + ([node["public_ip"]] if node.get("public_ip") else [])
+        lines.append(f"{','.join(dict.fromkeys(names))} {host_key(state, node['name']).public}")
+    return "\n".join(lines) + "\n"
+
+
+def ssh_config(state: "ClusterState", cluster: dict[str, Any]) -> str:
+    """An ssh_config with one Host block per node, keyed by node name.
+
+    Everything the deployer runs over SSH (its verbs, Ansible, tunnels) uses this file
+    through `ssh -F`, so users reach nodes the same way (`deployer ssh-config`).
+    Workers of an `access: via_master` cluster hop through the master with a
+    ProxyCommand that repeats `-F`, so both hops check the pinned keys (`ssh -J` would
+    not carry command-line options to the jump).
+    """
+    master = cluster["nodes"][0]
+    lines = [f"# Written by deployer for cluster {cluster['name']}: `deployer ssh-config` prints it.", ""]
+    for node in cluster["nodes"]:
+        via_master = cluster.get("access") == "via_master" and node is not master
+        address = node["private_ip"] if via_master else (node.get("public_ip") or node["private_ip"])
+        lines += [
+            f"Host {node['name']}",
+            f"  HostName {address}",
+            f"  User {cluster['ssh_user']}",
+            f"  IdentityFile {_quote(state.ssh_private_key)}",
+            "  IdentitiesOnly yes",
+            f"  UserKnownHostsFile {_quote(state.known_hosts)}",
+            "  StrictHostKeyChecking yes",
+            "  BatchMode yes",
+            "  ConnectTimeout 10",
+        ]
+        if via_master:
+            lines.append(f"  ProxyCommand ssh -F {shlex.quote(str(state.ssh_config))} -W %h:%p {master['name']}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _quote(path: Path) -> str:
+    return f'"{path}"' if " " in str(path) else str(path)
+
+
+def write_access(state: "ClusterState", cluster: dict[str, Any]) -> None:
+    """known_hosts and ssh_config for `cluster`, written (0600) before any SSH to it."""
+    for path, text in ((state.known_hosts, known_hosts(state, cluster)), (state.ssh_config, ssh_config(state, cluster))):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        tmp.replace(path)

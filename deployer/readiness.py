@@ -1,0 +1,176 @@
+"""Wait for boot: nothing configures a node before it answers SSH with its pinned host
+key and cloud-init has finished without errors.
+
+A cloud VM is ACTIVE long before it is usable (sshd not up, cloud-init still creating
+the user, the host key not yet written); a local container started a moment ago is
+the same. Every node is waited for in parallel, each with backoff and one deadline.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from . import ui
+from .errors import OperationFailed
+from .remote import ssh_argv
+
+if TYPE_CHECKING:
+    from .state import ClusterState
+
+# ssh's last word when the server's key is not the pinned one (or none is pinned); the
+# line before it names the address ("Host key for A has changed…", "No … host key is
+# known for A and…"), which tells a worker's own refusal from its jump host's.
+KEY_REFUSED = "Host key verification failed"
+CLOUD_INIT = "cloud-init status --wait --long"
+
+
+class NotYet(Exception):
+    """A transient state of a booting node: retried until the deadline."""
+
+
+class KeyRefused(OperationFailed):
+    """The node serves another host key than the one generated for it: never retried."""
+
+
+@dataclass
+class Probe:
+    rc: int
+    out: str
+    err: str
+
+
+def probe(state: "ClusterState", cluster: dict[str, Any], node: dict[str, Any], timeout: float) -> Probe:
+    argv = ssh_argv(state, cluster, node)
+    argv[1:1] = ["-o", "ConnectTimeout=5"]  # before -F: the first value of an option wins
+    try:
+        p = subprocess.run([*argv, CLOUD_INIT], text=True, capture_output=True, timeout=max(5.0, timeout), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return Probe(124, "", "no answer in time")
+    return Probe(p.returncode, p.stdout, p.stderr)
+
+
+def classify(node: dict[str, Any], result: Probe) -> str:
+    """'ready', or raise NotYet / KeyRefused / OperationFailed, from one probe's result."""
+    err = result.err
+    if result.rc == 255:
+        addresses = {node["private_ip"], node.get("public_ip")} - {None}
+        if KEY_REFUSED in err and any(f"for {a} " in err for a in addresses):
+            raise KeyRefused(_key_message(node))
+        # Connection refused / timed out / closed, permission denied while cloud-init
+        # has not made the user yet, or the jump host not being up: all transient.
+        raise NotYet(_last_line(err) or "sshd not answering yet")
+    if result.rc == 127:  # no cloud-init on the image: the user and key came from elsewhere
+        return "ready"
+    status = _field(result.out, "status")
+    if status == "done":
+        return "ready"
+    if status in ("running", "not run", "not started"):
+        raise NotYet(f"cloud-init {status}")
+    errors = [line.strip(" -") for line in result.out.splitlines() if line.startswith(("\t-", "  -", "- "))]
+    detail = _field(result.out, "detail") or (errors[0] if errors else _last_line(result.out + result.err))
+    raise OperationFailed(f"{node['name']}: cloud-init finished with status {status or 'unknown'!r} ({detail})")
+
+
+def _key_message(node: dict[str, Any]) -> str:
+    return (
+        f"{node['name']} serves an SSH host key that is not the one deployer generated for it, so the connection was "
+        f"refused: the machine was rebuilt outside the deployer, or something intercepts the connection; "
+        f"recreate it with `deployer up --replace {node['name']}`"
+    )
+
+
+def _field(text: str, key: str) -> str:
+    for line in text.splitlines():
+        k, sep, v = line.partition(":")
+        if sep and k.strip() == key:
+            return v.strip()
+    return ""
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("Warning: Permanently added")]
+    return lines[-1] if lines else ""
+
+
+def wait_for_boot(
+    state: "ClusterState", cluster: dict[str, Any], *, timeout_s: float, hint: Callable[[str], str]
+) -> dict[str, float]:
+    """Every node ready, in parallel; returns seconds to ready per node. Raises on the first
+    node that fails for good, naming it and where to look."""
+    nodes = cluster["nodes"]
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    stop = threading.Event()
+    pending: dict[str, str] = {n["name"]: "starting" for n in nodes}
+    lock = threading.Lock()
+    spinner = ui.err.status("") if ui.err.is_terminal else None
+
+    def show() -> None:
+        if spinner:
+            waiting = ", ".join(f"{k.removeprefix(cluster['name'] + '-')}: {v}" for k, v in sorted(pending.items()))
+            spinner.update(f"boot: {len(nodes) - len(pending)}/{len(nodes)} ready ({waiting})")
+
+    def one(node: dict[str, Any]) -> float:
+        def attempt() -> str:
+            if stop.is_set():
+                raise OperationFailed("stopped")
+            try:
+                return classify(node, probe(state, cluster, node, deadline - time.monotonic()))
+            except NotYet as e:
+                with lock:
+                    pending[node["name"]] = str(e)[:60]
+                    show()
+                raise
+
+        try:
+            for tried in Retrying(
+                retry=retry_if_exception_type(NotYet),
+                wait=wait_exponential(multiplier=0.25, max=5),
+                stop=stop_after_delay(max(1.0, deadline - time.monotonic())),
+                reraise=False,
+            ):
+                with tried:
+                    attempt()
+        except RetryError:
+            reason = pending.get(node["name"], "")
+            raise OperationFailed(
+                f"{node['name']} did not come up within {timeout_s:.0f}s (last: {reason}); look at {hint(node['name'])}. "
+                f"`deployer up` again waits again"
+            ) from None
+        except OperationFailed as e:
+            if isinstance(e, KeyRefused) or e.message == "stopped":
+                raise
+            raise OperationFailed(f"{e.message}; look at {hint(node['name'])}") from None
+        elapsed = time.monotonic() - t0
+        with lock:
+            pending.pop(node["name"], None)
+            show()
+        if not spinner:
+            ui.info(f"  {node['name']} booted: SSH with its pinned key, cloud-init done ({elapsed:.1f}s)")
+        return elapsed
+
+    if spinner:
+        spinner.start()
+        show()
+    try:
+        with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
+            futures = {pool.submit(one, n): n["name"] for n in nodes}
+            ready: dict[str, float] = {}
+            for f in as_completed(futures):
+                try:
+                    ready[futures[f]] = f.result()
+                except BaseException:
+                    stop.set()  # the others give up at their next attempt
+                    raise
+            return ready
+    finally:
+        if spinner:
+            spinner.stop()
