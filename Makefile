@@ -18,6 +18,9 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 deps: $(VENV)/.installed
+	@# cloud-init is here for its schema validator (the tests check the user-data with it).
+	@# On a machine that did not have it, it is switched off: it must never run at this host's boot.
+	@dpkg -s cloud-init >/dev/null 2>&1 || { mkdir -p /etc/cloud && touch /etc/cloud/cloud-init.disabled; }
 	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 \
 	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; }
 	@# Debian's prometheus packages start their services on install; the tests run their own.

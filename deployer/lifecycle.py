@@ -93,7 +93,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         run_dir = state.new_run_dir("up")
         ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/]; logs in {run_dir}")
         boot.write_user_data(spec, state)  # each node's first boot, read by Terraform
-        provider.prepare(spec, state)
+        restarted = provider.prepare(spec, state)
 
         eng = _terraform(spec, state, run_dir)
         eng.write_vars(provider.tfvars(spec, state))
@@ -120,14 +120,17 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         fingerprint = _fingerprint(inv, spec)
         last = state.read_record(state.dir / "configured.json") or {}
         ansible_changed = 0
-        if tf_changed == 0 and last.get("fingerprint") == fingerprint and not reconfigure:
+        configure = tf_changed > 0 or last.get("fingerprint") != fingerprint or reconfigure
+        if configure or restarted:
+            # Nothing runs on a node before it answers with its pinned key and cloud-init is done.
+            ui.step(f"boot: waiting for SSH with each node's pinned host key and for cloud-init (up to {provider.boot_timeout_s}s)")
+            ready = wait_for_boot(state, cluster, timeout_s=provider.boot_timeout_s, hint=provider.boot_log_hint)
+            ui.ok(f"boot: {len(ready)} node(s) ready (slowest {max(ready.values()):.1f}s)")
+        if not configure:
             # Same nodes, same inventory, same roles as the last successful run: Ansible
             # would find nothing to do. The smoke check below still proves the cluster works.
             ui.ok("ansible: configuration unchanged since the last successful run; skipped (--reconfigure runs it anyway)")
         else:
-            ui.step(f"boot: waiting for SSH with each node's pinned host key and for cloud-init (up to {provider.boot_timeout_s}s)")
-            ready = wait_for_boot(state, cluster, timeout_s=provider.boot_timeout_s, hint=provider.boot_log_hint)
-            ui.ok(f"boot: {len(ready)} node(s) ready (slowest {max(ready.values()):.1f}s)")
             ui.step("ansible: configuring nodes (common, ssh_mesh, shared storage, mpi, training runtime, monitoring)")
             from .ansible import run_playbook
 

@@ -32,8 +32,9 @@ class Provider(Protocol):
     def node_resource(self, node: str) -> str:
         """Terraform address of the machine of `node` (for `up --replace`)."""
 
-    def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> None:
-        """Slow one-time work before Terraform (e.g. building the local base image)."""
+    def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> list[str]:
+        """Work before Terraform (e.g. building the local base image, starting stopped
+        nodes); returns the nodes it started again, which up then waits for."""
 
     def boot_log_hint(self, node: str) -> str:
         """Where to look when `node` never answers SSH or cloud-init fails (a console-log command)."""

@@ -97,7 +97,7 @@ class LocalProvider:
                     f"local.subnet {subnet} collides with the host route {net} on {dev}: pick another, e.g. local.subnet: 10.78.0.0/24"
                 )
 
-    def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> None:
+    def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> list[str]:
         from . import lxc
 
         if not lxc.image_current():
@@ -106,9 +106,9 @@ class LocalProvider:
             with ui.status(f"building the Debian {lxc.SUITE} base image with debootstrap (once, about a minute)"):
                 lxc.ensure_base_image()
         state.shared_host_dir.mkdir(parents=True, exist_ok=True)
-        self._heal(spec, state)
+        return self._heal(spec, state)
 
-    def _heal(self, spec: "ClusterSpec", state: "ClusterState") -> None:
+    def _heal(self, spec: "ClusterSpec", state: "ClusterState") -> list[str]:
         """Bring back what Terraform records but the host lost (a reboot stops containers
         and removes the bridge); terraform_data cannot see that drift itself. The
         firewall table is rewritten every time, so a changed local.access applies."""
@@ -117,17 +117,20 @@ class LocalProvider:
 
         cluster = state.cluster()
         if not cluster or not (state.terraform_dir / "local" / "terraform.tfstate").exists():
-            return
+            return []
         v = self.tfvars(spec, state)
         net = ipaddress.IPv4Network(v["subnet"])
         gateway = net.network_address + 1
         only_master = cluster["nodes"][0]["private_ip"] if v["access"] == "via_master" else None
         lxc.network_up(spec.name, bridge_name(spec.name), str(net), f"{gateway}/{net.prefixlen}", only_master)
+        restarted = []
         for n in cluster["nodes"]:
             if lxc.node_state(n["name"]) != "RUNNING":
                 ui.info(f"  {n['name']} is not running (host rebooted?): starting it again")
+                restarted.append(n["name"])
                 lxc.node_up(n["name"], f"{n['private_ip']}/{net.prefixlen}", str(gateway), bridge_name(spec.name),
                             f"{v['shared_host_dir']}:{v['shared_dir']}", v["memory_mb"], state.boot_dir / f"{n['name']}.user-data")
+        return restarted
 
     def tfvars(self, spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
         return {

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import ui
+from .. import terraform, ui
 from ..errors import OperationFailed
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class OpenStackProvider:
         from .openstack_preflight import check
 
         with ui.status(f"Checking OpenStack project for {spec.nodes} node(s) of {spec.openstack.flavor}"):
-            result = check(spec)
+            result = check(spec, cluster_exists=terraform.has_resources(state.terraform_dir / "openstack"))
         for w in result.warnings:
             ui.warn(w)
         gpus = f", {result.gpus_per_node} GPU(s) each" if result.gpus_per_node else ""
@@ -93,8 +93,9 @@ class OpenStackProvider:
     def node_resource(self, node: str) -> str:
         return f'openstack_compute_instance_v2.node["{node}"]'
 
-    def prepare(self, spec: ClusterSpec, state: ClusterState) -> None:
+    def prepare(self, spec: ClusterSpec, state: ClusterState) -> list[str]:
         """Nothing to build ahead of Terraform on a cloud."""
+        return []
 
     def boot_log_hint(self, node: str) -> str:
         return f"`openstack console log show {node}` (the VM's console: cloud-init prints its errors there)"

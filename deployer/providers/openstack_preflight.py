@@ -93,6 +93,8 @@ def needs(spec: ClusterSpec, vcpus: int, ram_mb: int, *, fresh: bool) -> Needs:
     o = spec.openstack
     create_network = o.network is None
     per_node = {"instances": 1, "cores": vcpus, "ram": ram_mb, "ports": 1}
+    if o.root_volume_size:  # boot from a volume: one more volume per node
+        per_node |= {"volumes": 1, "gigabytes": o.root_volume_size}
     if not fresh:  # the cluster's network, groups, volume and floating IP exist already
         return Needs(per_node, {})
     m = spec.monitoring
@@ -256,6 +258,11 @@ def connect(cloud: str | None) -> tuple[Any, str]:
             ) from None
         raise PreflightError(f"no usable OpenStack configuration: {CLOUDS_YAML_FIX}") from None
     except (ka.MissingRequiredOptions, ka.MissingAuthPlugin, ka.NoMatchingPlugin):
+        if name:  # no clouds.yaml at all: openstacksdk falls back to OS_* variables, which are not there either
+            raise PreflightError(
+                f"OpenStack {label} is not in any clouds.yaml (none found in ./, ~/.config/openstack/, /etc/openstack/ "
+                f"or $OS_CLIENT_CONFIG_FILE): add it, or fix openstack.cloud / OS_CLOUD"
+            ) from None
         raise PreflightError(f"no OpenStack credentials found: {CLOUDS_YAML_FIX}") from None
     except ka.Unauthorized:
         raise PreflightError(
@@ -325,19 +332,74 @@ def node_name_pattern(cluster: str) -> str:
     return f"^{re.escape(cluster)}-(master|worker-[0-9]+)$"
 
 
-def check(spec: ClusterSpec) -> PreflightResult:
-    """Every check; raises on the first category of problems, collecting within it."""
+ROUTER_INTERFACES = ("network:router_interface", "network:router_interface_distributed", "network:ha_router_replicated_interface")
+
+
+def routed_to(conn: Any, network_id: str, external_id: str) -> bool:
+    """Whether a router with an interface on the network has its gateway on the external network."""
+    routers = {p.device_id for p in conn.network.ports(network_id=network_id) if p.device_owner in ROUTER_INTERFACES and p.device_id}
+    for router_id in routers:
+        router = conn.network.get_router(router_id)
+        if (router.external_gateway_info or {}).get("network_id") == external_id:
+            return True
+    return False
+
+
+def own_servers(conn: Any, cluster: str) -> list[Any]:
+    """This cluster's servers: the name filter narrows the list, the metadata that
+    terraform/openstack sets (deployer_cluster) decides; a look-alike name is not ours."""
+    pattern = re.compile(node_name_pattern(cluster))
+    return [
+        s for s in conn.compute.servers(details=True, name=pattern.pattern)
+        if pattern.match(s.name or "") and (s.metadata or {}).get("deployer_cluster") == cluster
+    ]
+
+
+def own_usage(own: list[Any], flavor: Any, root_volume_size: int | None) -> dict[str, int]:
+    """What the cluster's own servers take of the quotas (the flavor embedded in the
+    server record when the cloud gives it, else the spec's flavor)."""
+    def of(server: Any, key: str, default: int) -> int:
+        f = server.flavor
+        value = f.get(key) if isinstance(f, dict) else getattr(f, key, None)
+        return int(value) if value else default
+
+    usage = {
+        "instances": len(own),
+        "cores": sum(of(s, "vcpus", flavor.vcpus) for s in own),
+        "ram": sum(of(s, "ram", flavor.ram) for s in own),
+        "ports": len(own),
+    }
+    if root_volume_size:
+        usage |= {"volumes": len(own), "gigabytes": root_volume_size * len(own)}
+    return usage
+
+
+def net_of(quotas: dict[str, Quota], usage: Mapping[str, int]) -> dict[str, Quota]:
+    """`quotas` with `usage` taken out of what is used."""
+    out = dict(quotas)
+    for key, amount in usage.items():
+        q = quotas.get(key)
+        if q is not None:
+            out[key] = Quota(q.label, q.limit, max(0, q.used - amount), q.reserved)
+    return out
+
+
+def check(spec: ClusterSpec, *, cluster_exists: bool = False) -> PreflightResult:
+    """Every check; raises on the first category of problems, collecting within it.
+
+    `cluster_exists`: Terraform's state records resources of this cluster (its network,
+    volume, groups and floating IP exist, so they need no quota again)."""
     client_config_env(spec.openstack.cloud)  # an unreadable clouds.yaml: one line, before any call
     with quiet_sdk_logs():
         conn, project_id = connect(spec.openstack.cloud)
         try:
-            return _check(conn, project_id, spec)
+            return _check(conn, project_id, spec, cluster_exists)
         finally:
             with contextlib.suppress(Exception):
                 conn.close()
 
 
-def _check(conn: Any, project_id: str, spec: ClusterSpec) -> PreflightResult:
+def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool) -> PreflightResult:
     o = spec.openstack
     problems: list[str] = []
     warnings: list[str] = []
@@ -356,10 +418,19 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec) -> PreflightResult:
         elif (image.status or "active") != "active":
             problems.append(f"image {o.image!r} is {image.status}, not active; choose another openstack.image")
         elif flavor is not None:
-            if flavor.disk and image.min_disk and int(image.min_disk) > flavor.disk:
+            min_disk = int(image.min_disk or 0)
+            if o.root_volume_size:
+                if min_disk > o.root_volume_size:
+                    problems.append(f"image {o.image!r} needs a {min_disk} GB root disk; set openstack.root_volume_size to {min_disk} or more")
+            elif not flavor.disk:
                 problems.append(
-                    f"image {o.image!r} needs a {image.min_disk} GB root disk, flavor {o.flavor!r} has {flavor.disk} GB; "
-                    f"choose a larger flavor"
+                    f"flavor {o.flavor!r} has no root disk (0 GB): boot from a volume with openstack.root_volume_size "
+                    f"(e.g. {max(min_disk, 50)})"
+                )
+            elif min_disk > flavor.disk:
+                problems.append(
+                    f"image {o.image!r} needs a {min_disk} GB root disk, flavor {o.flavor!r} has {flavor.disk} GB; "
+                    f"set openstack.root_volume_size: {max(min_disk, 50)} to boot from a volume, or choose a larger flavor"
                 )
             if image.min_ram and int(image.min_ram) > flavor.ram:
                 problems.append(f"image {o.image!r} needs {image.min_ram} MB RAM, flavor {o.flavor!r} has {flavor.ram} MB")
@@ -393,6 +464,12 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec) -> PreflightResult:
                         f"network {o.network!r} has {len(subnets)} IPv4 subnets, the deployer needs exactly one; "
                         f"pick another openstack.network or remove it to create a dedicated one"
                     )
+                elif ext is not None and ext.is_router_external and not routed_to(conn, net.id, ext.id):
+                    problems.append(
+                        f"network {o.network!r} has no router to external network {o.external_network!r}, so the master's "
+                        f"floating IP cannot reach it; add one (openstack router set --external-gateway {o.external_network} R; "
+                        f"openstack router add subnet R {subnets[0].name or subnets[0].id}) or remove openstack.network"
+                    )
 
     if o.key_pair:
         with cloud_errors(conn, f"looking up key pair {o.key_pair!r}"):
@@ -403,8 +480,9 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec) -> PreflightResult:
                 )
 
     with cloud_errors(conn, "listing the cluster's servers"):
-        existing = sorted(s.name for s in conn.compute.servers(name=node_name_pattern(spec.name)))
-    fresh = not existing
+        own = own_servers(conn, spec.name)
+    existing = sorted(s.name for s in own)
+    fresh = not (cluster_exists or own)
 
     if o.floating_ip:
         with cloud_errors(conn, f"looking up floating IP {o.floating_ip}"):
@@ -446,13 +524,18 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec) -> PreflightResult:
                 f"flavor {o.flavor!r} has {flavor_gpus} GPU(s) per node but openstack.enable_gpu is false: "
                 f"no driver is installed and training runs on CPUs; set enable_gpu: true to use them"
             )
-    if not flavor.disk:
-        warnings.append(f"flavor {o.flavor!r} has a 0 GB root disk; some clouds refuse image-booted servers on such flavors")
+    if flavor.disk and flavor.disk < 40 and o.enable_gpu and not o.root_volume_size:
+        warnings.append(
+            f"flavor {o.flavor!r} has a {flavor.disk} GB root disk: the NVIDIA driver, CUDA and torch take 15-25 GB; "
+            f"consider openstack.root_volume_size: 100"
+        )
 
+    # The quotas' usage, net of this cluster's own servers; then the whole cluster must
+    # fit. Right for a first run, a resumed one, a scale-out and a scale-in alike.
     new_nodes = max(0, spec.nodes - len(existing))
     want = needs(spec, flavor.vcpus, flavor.ram, fresh=fresh)
-    quotas = _quotas(conn, project_id, warnings)
-    result = fit(quotas, want, new_nodes)
+    quotas = net_of(_quotas(conn, project_id, warnings), own_usage(own, flavor, o.root_volume_size))
+    result = fit(quotas, want, spec.nodes)
     if not result.ok:
         raise PreflightError(_quota_message(spec, flavor.name, existing, new_nodes, result))
 
@@ -476,7 +559,7 @@ def _quota_message(spec: ClusterSpec, flavor: str, existing: list[str], new_node
             f"project quota too small for the cluster's shared resources: {'; '.join(r.short_fixed)}; "
             f"free some (or lower openstack.volume_size) or ask the cloud's admins to raise the quota"
         )
-    total = len(existing) + (r.largest_new or 0)
+    total = r.largest_new or 0
     grown = f" ({len(existing)} exist, {new_nodes} to add)" if existing else ""
     if total < 1:
         return (

@@ -72,3 +72,27 @@ def test_help_lists_the_verbs(tmp_path):
     p = run("--help", cwd=tmp_path)
     for verb in ("init", "up", "status", "ssh", "down"):
         assert verb in p.stdout
+
+
+@pytest.mark.parametrize(
+    "setup, fragment",
+    [
+        ("os_cloud", "OpenStack cloud 'nope' is not in any clouds.yaml (none found"),
+        ("unreadable", "clouds.yaml (found in the working directory) cannot be read"),
+    ],
+)
+def test_openstack_credentials_problems_are_one_line_exit_2(setup, fragment, tmp_path, monkeypatch):
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OS_")}
+    env |= {"HOME": str(tmp_path / "home"), "OS_CLOUD": "nope", "OS_CLIENT_CONFIG_FILE": str(tmp_path / "none.yaml")}
+    work = tmp_path / "work"
+    work.mkdir()
+    if setup == "unreadable":
+        (work / "clouds.yaml").mkdir()
+        del env["OS_CLIENT_CONFIG_FILE"]
+    p = subprocess.run([*DEPLOYER, "up", "--provider", "openstack", "--nodes", "2"], cwd=work, env=env,
+                       text=True, capture_output=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    # A progress line ("==> Checking OpenStack project…") may come first; the error is one line.
+    lines = [line for line in p.stderr.splitlines() if line.strip() and not line.startswith("==>")]
+    assert len(lines) == 1 and fragment in lines[0], p.stderr
+    assert sorted(x.name for x in work.iterdir()) == (["clouds.yaml"] if setup == "unreadable" else [])

@@ -93,7 +93,7 @@ def state(tmp_path):
     (d / "ssh").mkdir(parents=True)
     pub = d / "ssh" / "id_ed25519.pub"
     pub.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDeployerClusterKeyForTestsOnly00000000000 deployer@demo\n")
-    return SimpleNamespace(dir=d, ssh_public_key=pub)
+    return SimpleNamespace(dir=d, ssh_public_key=pub, terraform_dir=d / "terraform", boot_dir=d / "boot")
 
 
 def make_spec(**openstack) -> ClusterSpec:
@@ -329,18 +329,86 @@ def test_quota_security_group_rules_count_exposed_ports(cloud):
         pf.check(spec)
 
 
+def _servers(names, cluster="demo", flavor=None):
+    flavor = flavor or {"vcpus": 4, "ram": 8192, "disk": 80, "original_name": "m1.large"}
+    return [{"id": f"id-{n}", "name": n, "status": "ACTIVE", "metadata": {"deployer_cluster": cluster}, "flavor": flavor} for n in names]
+
+
 def test_scale_out_counts_only_new_nodes(cloud):
     # Four nodes exist and use 4 of 6 instances; growing to 6 needs 2 more: fits.
-    cloud.data["compute_servers_detail"]["servers"] = [
-        {"id": f"id-{n}", "name": n, "status": "ACTIVE"} for n in ("demo-master", "demo-worker-1", "demo-worker-2", "demo-worker-3")
-    ]
+    cloud.data["compute_servers_detail"]["servers"] = _servers(["demo-master", "demo-worker-1", "demo-worker-2", "demo-worker-3"])
     # ...and the cluster's volume, groups and floating IP already count as used.
-    set_compute_limits(cloud, maxTotalInstances=6, totalInstancesUsed=4)
+    set_compute_limits(cloud, maxTotalInstances=6, totalInstancesUsed=4, totalCoresUsed=16, totalRAMUsed=4 * 8192)
     cloud.data["volume_limits"]["limits"]["absolute"].update(maxTotalVolumes=1, totalVolumesUsed=1)
     r = pf.check(make_spec(nodes=6))
     assert len(r.existing_nodes) == 4
     with pytest.raises(PreflightError, match=r"too small for 7 nodes of m1.large \(4 exist, 3 to add\).*--nodes 6"):
         pf.check(make_spec(nodes=7))
+
+
+def test_scale_in_on_a_full_project_fits(cloud):
+    # The project is full with this cluster's own 4 nodes: 3 of them certainly fit.
+    cloud.data["compute_servers_detail"]["servers"] = _servers(["demo-master", "demo-worker-1", "demo-worker-2", "demo-worker-3"])
+    set_compute_limits(cloud, maxTotalInstances=4, totalInstancesUsed=4, maxTotalCores=16, totalCoresUsed=16)
+    cloud.data["volume_limits"]["limits"]["absolute"].update(maxTotalVolumes=1, totalVolumesUsed=1)
+    pf.check(make_spec(nodes=3), cluster_exists=True)
+    pf.check(make_spec(nodes=4), cluster_exists=True)  # a plain re-run fits too
+    with pytest.raises(PreflightError, match=r"--nodes 4"):
+        pf.check(make_spec(nodes=5), cluster_exists=True)
+
+
+def test_a_look_alike_server_of_someone_else_is_other_usage(cloud):
+    # Named like our master but not tagged as ours (another tool, another user): it
+    # takes quota, and it does not make the cluster "exist".
+    cloud.data["compute_servers_detail"]["servers"] = _servers(["demo-master"], cluster="someone-else")
+    set_compute_limits(cloud, maxTotalInstances=4, totalInstancesUsed=1)
+    r = pf.check(make_spec(nodes=3))
+    assert r.existing_nodes == []
+    with pytest.raises(PreflightError, match=r"too small for 4 nodes of m1.large.*--nodes 3"):
+        pf.check(make_spec(nodes=4))
+
+
+def test_resumed_cluster_needs_no_shared_resources_again(cloud):
+    # Terraform's state has the network, volume and floating IP, no server yet (an
+    # interrupted first apply): those are not needed a second time.
+    cloud.data["network_quota_details"]["quota"]["floatingip"] = {"limit": 1, "used": 1, "reserved": 0}
+    with pytest.raises(PreflightError, match="floating IPs: need 1"):
+        pf.check(make_spec())
+    pf.check(make_spec(), cluster_exists=True)
+
+
+def test_existing_network_needs_a_router_to_the_external_network(cloud):
+    pf.check(make_spec(network="horovod-net"))
+    cloud.data["network_routers"]["routers"][0]["external_gateway_info"]["network_id"] = "somewhere-else"
+    with pytest.raises(PreflightError, match=r"network 'horovod-net' has no router to external network 'public'.*router add subnet R horovod-subnet"):
+        pf.check(make_spec(network="horovod-net"))
+    cloud.data["network_ports"]["ports"] = []
+    with pytest.raises(PreflightError, match="has no router"):
+        pf.check(make_spec(network="horovod-net"))
+
+
+def test_flavor_without_root_disk_asks_for_boot_from_volume(cloud):
+    cloud.data["compute_flavors_detail"]["flavors"][1]["disk"] = 0  # g1.v100
+    with pytest.raises(PreflightError, match=r"flavor 'g1.v100' has no root disk \(0 GB\): boot from a volume with openstack.root_volume_size"):
+        pf.check(make_spec(flavor="g1.v100", enable_gpu=True))
+    pf.check(make_spec(flavor="g1.v100", enable_gpu=True, root_volume_size=100))
+
+
+def test_image_larger_than_the_root_volume(cloud):
+    cloud.data["image_images"]["images"][0]["min_disk"] = 60
+    with pytest.raises(PreflightError, match="set openstack.root_volume_size to 60 or more"):
+        pf.check(make_spec(root_volume_size=40))
+    with pytest.raises(PreflightError, match=r"needs a 60 GB root disk, flavor 'm1.large' has 80 GB|set openstack.root_volume_size: 60"):
+        cloud.data["compute_flavors_detail"]["flavors"][0]["disk"] = 50
+        pf.check(make_spec())
+
+
+def test_boot_volumes_count_against_the_volume_quotas(cloud):
+    # 4 nodes x 100 GiB boot volumes + the 100 GiB shared volume = 500 GiB, 5 volumes.
+    cloud.data["volume_limits"]["limits"]["absolute"].update(maxTotalVolumes=5, maxTotalVolumeGigabytes=500)
+    pf.check(make_spec(nodes=4, root_volume_size=100))
+    with pytest.raises(PreflightError, match=r"volumes: need 6, 5 free.*--nodes 4"):
+        pf.check(make_spec(nodes=5, root_volume_size=100))
 
 
 def test_unlimited_quotas(cloud):

