@@ -82,8 +82,6 @@ def up(
     from .state import ClusterState
 
     spec = build_spec(config, nodes=nodes, provider=provider, name=name)
-    if provider is None and spec.provider == "local":
-        ui.info("provider: local (LXC containers on this machine; no cloud configured; --provider openstack for a cloud)")
     state = ClusterState(state_dir, spec.name)
     lifecycle.confirm_destructive(spec, state, yes)
     result = lifecycle.up(spec, state, reconfigure=reconfigure or bool(replace), replace=replace or [])

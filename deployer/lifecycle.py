@@ -91,7 +91,8 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         state.create()
         state.write_record(state.spec_file, {"spec": spec.model_dump(mode="json")})
         run_dir = state.new_run_dir("up")
-        ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/]; logs in {run_dir}")
+        where = " (LXC containers on this machine; --provider openstack for a cloud)" if spec.provider == "local" else ""
+        ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/]{where}; logs in {run_dir}")
         boot.write_user_data(spec, state)  # each node's first boot, read by Terraform
         restarted = provider.prepare(spec, state)
 

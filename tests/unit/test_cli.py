@@ -22,6 +22,7 @@ def run(*args, cwd, input=None):
         (["up", "--name", "My Lab"], "lowercase"),
         (["up", "--config", "missing.yaml"], "deployer init"),
         (["up", "--nodez", "2"], "No such option"),
+        (["up", "--replace", "worker-1"], "--replace: cluster 'demo' has no nodes yet"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(args, fragment, tmp_path):
@@ -96,3 +97,11 @@ def test_openstack_credentials_problems_are_one_line_exit_2(setup, fragment, tmp
     lines = [line for line in p.stderr.splitlines() if line.strip() and not line.startswith("==>")]
     assert len(lines) == 1 and fragment in lines[0], p.stderr
     assert sorted(x.name for x in work.iterdir()) == (["clouds.yaml"] if setup == "unreadable" else [])
+
+
+def test_bad_local_access_names_the_choices(tmp_path):
+    (tmp_path / "cluster.yaml").write_text("local:\n  access: via-master\n")
+    p = run("up", cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert "local.access" in p.stderr and "'direct' or 'via_master'" in p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["cluster.yaml"]
