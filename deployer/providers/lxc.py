@@ -246,7 +246,19 @@ def network_up(cluster: str, bridge: str, subnet: str, gateway: str, only_master
     Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
     table = nft_table(cluster)
     # Recreated whole on every run, so a re-run converges and never duplicates rules.
-    rules = f"""
+    rules = ruleset(cluster, bridge, subnet, only_master)
+    sh("nft", "delete", "table", "ip", table, check=False, quiet=True)
+    proc = subprocess.run(["nft", "-f", "-"], input=rules, text=True, capture_output=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"[lxc] nft failed: {proc.stderr.strip()}")
+    log(f"network {bridge} {gateway} with NAT table {table}")
+
+
+def ruleset(cluster: str, bridge: str, subnet: str, only_master: str | None = None) -> str:
+    """The cluster's nftables table: NAT to the host's networks, forwarding, and with
+    `only_master` the rule that keeps the host off the workers."""
+    table = nft_table(cluster)
+    return f"""
 table ip {table} {{
   chain postrouting {{
     type nat hook postrouting priority srcnat; policy accept;
@@ -259,11 +271,6 @@ table ip {table} {{
   }}{_isolation(bridge, only_master)}
 }}
 """
-    sh("nft", "delete", "table", "ip", table, check=False, quiet=True)
-    proc = subprocess.run(["nft", "-f", "-"], input=rules, text=True, capture_output=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"[lxc] nft failed: {proc.stderr.strip()}")
-    log(f"network {bridge} {gateway} with NAT table {table}")
 
 
 def _isolation(bridge: str, only_master: str | None) -> str:

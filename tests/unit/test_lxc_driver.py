@@ -1,0 +1,35 @@
+"""Pure parts of the LXC node driver, checked by the tools that consume them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from deployer.providers import lxc
+
+
+def test_stable_mac_is_derived_from_the_address():
+    # A node recreated at the same address gets the same MAC: no stale neighbour entry.
+    assert lxc.stable_mac("10.77.0.11/24") == "02:d5:0a:4d:00:0b"
+    assert lxc.stable_mac("10.77.0.11/24") == lxc.stable_mac("10.77.0.11/26")
+    assert lxc.stable_mac("10.77.0.12/24") != lxc.stable_mac("10.77.0.11/24")
+
+
+def test_via_master_adds_only_the_host_to_worker_rule():
+    direct = lxc.ruleset("demo", "dpl-demo", "10.77.0.0/24")
+    isolated = lxc.ruleset("demo", "dpl-demo", "10.77.0.0/24", only_master="10.77.0.10")
+    assert "hook output" not in direct
+    assert 'oifname "dpl-demo" ip daddr != 10.77.0.10 ct state new reject' in isolated
+    assert isolated.replace(lxc._isolation("dpl-demo", "10.77.0.10"), "") == direct
+
+
+@pytest.mark.skipif(shutil.which("nft") is None or os.geteuid() != 0, reason="needs nft and root (nft -c parses against the kernel)")
+@pytest.mark.parametrize("only_master", [None, "10.77.0.10"])
+def test_nft_accepts_the_ruleset(only_master):
+    # -c: check only; nothing is loaded.
+    p = subprocess.run(["nft", "-c", "-f", "-"], input=lxc.ruleset("demo", "dpl-demo", "10.77.0.0/24", only_master),
+                       text=True, capture_output=True)
+    assert p.returncode == 0, p.stderr
