@@ -39,6 +39,10 @@ class OperationFailed(DeployerError):
     """A stage (Terraform, Ansible, the smoke check, a benchmark) failed (exit 1)."""
 
 
+class RecordError(DeployerError):
+    """A state record that cannot be read (damaged, or from another version): exit 1."""
+
+
 class LockedError(DeployerError):
     """Another deployer process is changing this cluster."""
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import LockedError, UsageError
+from .errors import LockedError, RecordError, UsageError
 
 RECORD_VERSION = 1
 DEFAULT_STATE_ROOT = Path(".deployer")
@@ -113,11 +113,19 @@ class ClusterState:
         tmp.replace(path)  # atomic: a crash never leaves half a record
 
     def read_record(self, path: Path) -> dict[str, Any] | None:
+        """The record at `path` (None when absent); a damaged one is one line naming the file."""
         if not path.exists():
             return None
-        data = json.loads(path.read_text())
-        if data.get("version") != RECORD_VERSION:
-            raise UsageError(f"{path}: record version {data.get('version')} is not {RECORD_VERSION}; upgrade deployer")
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RecordError(
+                f"{path} is damaged ({e.__class__.__name__} at {getattr(e, 'pos', '?')}): restore it from a backup, "
+                f"or delete it and run `deployer up` again (it is rewritten from Terraform's state)"
+            ) from None
+        if not isinstance(data, dict) or data.get("version") != RECORD_VERSION:
+            found = data.get("version") if isinstance(data, dict) else None
+            raise RecordError(f"{path}: record version {found} is not {RECORD_VERSION}; use the deployer version that wrote it")
         data.pop("version")
         return data
 

@@ -1,0 +1,50 @@
+"""State records: a damaged or foreign one is one line naming the file, never a traceback."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from deployer.errors import RecordError
+from deployer.state import ClusterState
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ('{"version": 1, "name": "demo", "nod', "is damaged (JSONDecodeError at 31)"),
+        ("", "is damaged (JSONDecodeError at 0)"),
+        ('{"version": 99}', "record version 99 is not 1"),
+        ("[1, 2]", "record version None is not 1"),
+    ],
+)
+def test_damaged_records_name_the_file(tmp_path, content, fragment):
+    st = ClusterState(tmp_path, "demo")
+    st.dir.mkdir(parents=True)
+    st.cluster_file.write_text(content)
+    with pytest.raises(RecordError, match=re.escape(fragment)) as e:
+        st.cluster()
+    assert str(st.cluster_file) in str(e.value) and e.value.exit_code == 1
+
+
+def test_records_round_trip_atomically(tmp_path):
+    st = ClusterState(tmp_path, "demo")
+    st.write_record(st.cluster_file, {"name": "demo", "nodes": []})
+    assert st.cluster() == {"name": "demo", "nodes": []}
+    assert json.loads(st.cluster_file.read_text())["version"] == 1
+    assert not list(st.dir.glob("*.tmp"))
+
+
+def test_status_on_a_truncated_cluster_json_is_one_line(tmp_path):
+    d = tmp_path / ".deployer" / "demo"
+    d.mkdir(parents=True)
+    (d / "spec.json").write_text('{"version": 1, "spec": {}}')
+    (d / "cluster.json").write_text('{"version": 1, "name": "de')
+    p = subprocess.run([sys.executable, "-m", "deployer", "status"], cwd=tmp_path, text=True, capture_output=True, timeout=60)
+    assert p.returncode == 1
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "cluster.json is damaged" in lines[0] and "Traceback" not in p.stderr
