@@ -32,9 +32,8 @@ def _check_same_cluster(spec: ClusterSpec, state: ClusterState) -> None:
         )
 
 
-def _terraform(spec: ClusterSpec, state: ClusterState, run_dir) -> terraform.Engine:
+def _terraform(spec: ClusterSpec, state: ClusterState, run_dir, env: dict[str, str]) -> terraform.Engine:
     workdir = terraform.stage_module(spec.provider, state.terraform_dir)
-    env = get_provider(spec.provider).terraform_env(spec)
     return terraform.engine(workdir, run_dir / "terraform.jsonl", spec.terraform.binary, env=env)
 
 
@@ -85,7 +84,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
     _check_same_cluster(spec, state)
     replace_addrs = _replace_addresses(spec, state, replace or [])
     provider.preflight(spec, state)  # raises before anything exists
-    provider.terraform_env(spec)  # the credentials Terraform will see: refuses what it cannot read
+    tf_env = provider.terraform_env(spec)  # the credentials Terraform will see: refuses what it cannot read
     t0 = time.monotonic()
     with state.lock("up"):
         state.create()
@@ -96,7 +95,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         boot.write_user_data(spec, state)  # each node's first boot, read by Terraform
         restarted = provider.prepare(spec, state)
 
-        eng = _terraform(spec, state, run_dir)
+        eng = _terraform(spec, state, run_dir, tf_env)
         eng.write_vars(provider.tfvars(spec, state))
         ui.step("terraform: provisioning nodes")
         eng.init()
@@ -172,7 +171,7 @@ def down(state: ClusterState) -> bool:
     with state.lock("down"):
         run_dir = state.new_run_dir("down")
         if spec and terraform.has_resources(state.terraform_dir / spec.provider):
-            eng = _terraform(spec, state, run_dir)
+            eng = _terraform(spec, state, run_dir, get_provider(spec.provider).terraform_env(spec))
             ui.step(f"terraform: destroying cluster {state.name}")
 
             def on_event(ev: dict[str, Any]) -> None:

@@ -36,6 +36,10 @@ class NotYet(Exception):
     """A transient state of a booting node: retried until the deadline."""
 
 
+class Stopped(Exception):
+    """Another node failed for good: this one stops waiting."""
+
+
 class KeyRefused(OperationFailed):
     """The node serves another host key than the one generated for it: never retried."""
 
@@ -121,7 +125,7 @@ def wait_for_boot(
     def one(node: dict[str, Any]) -> float:
         def attempt() -> str:
             if stop.is_set():
-                raise OperationFailed("stopped")
+                raise Stopped
             try:
                 return classify(node, probe(state, cluster, node, deadline - time.monotonic()))
             except NotYet as e:
@@ -145,9 +149,9 @@ def wait_for_boot(
                 f"{node['name']} did not come up within {timeout_s:.0f}s (last: {reason}); look at {hint(node['name'])}. "
                 f"`deployer up` again waits again"
             ) from None
+        except KeyRefused:
+            raise
         except OperationFailed as e:
-            if isinstance(e, KeyRefused) or e.message == "stopped":
-                raise
             raise OperationFailed(f"{e.message}; look at {hint(node['name'])}") from None
         elapsed = time.monotonic() - t0
         with lock:
