@@ -27,7 +27,11 @@ class PlayResult:
         return sum(self.changed.values())
 
 
-def run_playbook(inventory: Path, run_dir: Path, playbook: str = "site.yml", extravars: dict[str, Any] | None = None) -> PlayResult:
+def run_playbook(
+    inventory: Path, run_dir: Path, playbook: str = "site.yml", extravars: dict[str, Any] | None = None, limit: list[str] | None = None
+) -> PlayResult:
+    """Run the playbook on every host, or on `limit` only (roles that need the master
+    delegate to it, so a worker configured alone still gets the cluster's key pair)."""
     import ansible_runner
 
     # ansible-playbook lives beside this interpreter (a venv that may not be activated).
@@ -84,6 +88,7 @@ def run_playbook(inventory: Path, run_dir: Path, playbook: str = "site.yml", ext
             inventory=str(inventory),
             envvars=env,
             extravars=extravars or {},
+            limit=",".join(limit) if limit else None,
             event_handler=on_event,
             quiet=True,
             suppress_env_files=True,

@@ -81,17 +81,17 @@ def up(
     from .spec import build_spec
     from .state import ClusterState
 
-    spec = build_spec(config, nodes=nodes, provider=provider, name=name)
+    spec = build_spec(config, _recorded_spec(name, state_dir, config), nodes=nodes, provider=provider, name=name)
     state = ClusterState(state_dir, spec.name)
     lifecycle.confirm_destructive(spec, state, yes)
-    result = lifecycle.up(spec, state, reconfigure=reconfigure or bool(replace), replace=replace or [])
+    result = lifecycle.up(spec, state, reconfigure=reconfigure, replace=replace or [])
     if json_out:
         ui.print_json(result)
 
 
 @app.command()
 def status(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> None:
-    """Show the nodes and whether each answers on SSH."""
+    """Show each node's state: ok, stopped, missing, replaced (needs configure) or unreachable."""
     from . import lifecycle
 
     st = _state(name, state_dir)
@@ -107,11 +107,16 @@ def status(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_out: 
     from rich.table import Table
 
     t = Table(title=f"cluster {info['name']} ({info['provider']})")
-    for col in ("name", "role", "private_ip", "public_ip", "gpus", "reachable"):
+    for col in ("name", "role", "private_ip", "public_ip", "gpus", "state"):
         t.add_column(col)
     for n in info["nodes"]:
-        t.add_row(n["name"], n["role"], n["private_ip"], n["public_ip"] or "-", str(n["gpus"]), "[green]yes[/]" if n["reachable"] else "[red]no[/]")
+        colour = "green" if n["state"] == "ok" else "red"
+        t.add_row(n["name"], n["role"], n["private_ip"], n["public_ip"] or "-", str(n["gpus"]), f"[{colour}]{n['state']}[/]")
     ui.out.print(t)
+    for extra in info["extra"]:
+        ui.warn(f"{extra} exists but is not in the cluster record (left by an interrupted scale-in?); `deployer up` removes nothing it does not know")
+    if any(n["state"] != "ok" for n in info["nodes"]):
+        ui.info("`deployer up` starts stopped nodes, recreates missing ones and configures replaced ones")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -146,6 +151,21 @@ def ssh_config(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE) -> Non
     cluster = _up_cluster(st)
     ssh_argv(st, cluster, cluster["nodes"][0])  # writes the file for a state dir that predates it
     ui.out.print(st.ssh_config.read_text(), end="", markup=False)
+
+
+def _recorded_spec(name: str | None, state_dir: Path, config: Path | None) -> dict | None:
+    """The spec `up` made the cluster with (by --name, or the only cluster), when no
+    config file is in play; None for a new cluster."""
+    from .state import ClusterState, resolve_name
+
+    if config is not None or Path("cluster.yaml").exists():
+        return None
+    try:
+        st = ClusterState(state_dir, resolve_name(state_dir, name))
+    except UsageError:  # several clusters and no --name: `up` makes the default one
+        return None
+    record = st.read_record(st.spec_file)
+    return record["spec"] if record else None
 
 
 def _up_cluster(st) -> dict:
@@ -257,13 +277,13 @@ def dashboard(
     if spec is not None and not spec.monitoring.enabled:
         raise UsageError(f"monitoring is off for cluster {st.name!r} (monitoring: false); turn it on and re-run `deployer up`")
     master = cluster["nodes"][0]
-    grafana = spec.monitoring.grafana if spec else True
+    seen = dash.view(cluster, spec.monitoring.grafana if spec else True)
     base = ssh_argv(st, cluster, master)
-    common = dict(provider=cluster["provider"], grafana=grafana, secrets_dir=st.secrets_dir)
+    common = dict(grafana=seen["grafana"], wanted=seen["wanted"], direct=seen["direct"], secrets_dir=st.secrets_dir)
     if print_only:
         _show_dashboard(dash.describe(master["private_ip"], ssh_base_cmd=base, **common), json_out)
         return
-    with dash.open_dashboard(base, master["private_ip"], provider=cluster["provider"], grafana=grafana) as ports:
+    with dash.open_dashboard(base, master["private_ip"], grafana=seen["grafana"]) as ports:
         _show_dashboard(dash.describe(master["private_ip"], local_ports=ports, **common), json_out)
         ui.info("tunnel open; Ctrl-C closes it")
         try:

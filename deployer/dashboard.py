@@ -50,14 +50,22 @@ PROMETHEUS = Service("prometheus", "Prometheus", 9090, "/")
 PUSHGATEWAY = Service("pushgateway", "Pushgateway", 9091, "/")
 
 
-def grafana_runs(provider: str, grafana: bool) -> bool:
-    """Grafana is installed on OpenStack only (no package source for local nodes)."""
-    return grafana and provider != "local"
+def view(cluster: dict[str, Any], grafana_wanted: bool) -> dict[str, bool]:
+    """What the cluster output says about its monitoring: whether Grafana runs (the
+    spec asks for it and the nodes can install it: `grafana_installable`) and whether
+    this machine sits on the cluster network (the master's public address is its
+    private one), so the services answer without a tunnel."""
+    master = cluster["nodes"][0]
+    return {
+        "grafana": bool(grafana_wanted and cluster.get("grafana_installable", True)),
+        "wanted": grafana_wanted,
+        "direct": master.get("public_ip") == master["private_ip"],
+    }
 
 
-def services(*, provider: str, grafana: bool) -> list[Service]:
+def services(*, grafana: bool) -> list[Service]:
     """The monitoring services that run on the master for this cluster."""
-    return ([GRAFANA] if grafana_runs(provider, grafana) else []) + [PROMETHEUS, PUSHGATEWAY]
+    return ([GRAFANA] if grafana else []) + [PROMETHEUS, PUSHGATEWAY]
 
 
 # ----------------------------------------------------------------------------- tunnels
@@ -179,10 +187,10 @@ def open_tunnel(ssh_base_cmd: list[str], remote_host: str, remote_port: int, *, 
 
 @contextmanager
 def open_dashboard(
-    ssh_base_cmd: Sequence[str], master_ip: str, *, provider: str, grafana: bool, timeout: float = 20.0
+    ssh_base_cmd: Sequence[str], master_ip: str, *, grafana: bool, timeout: float = 20.0
 ) -> Iterator[dict[str, int]]:
     """Tunnels to every monitoring service on the master; yields {service name: local port}."""
-    targets = {s.name: (master_ip, s.port) for s in services(provider=provider, grafana=grafana)}
+    targets = {s.name: (master_ip, s.port) for s in services(grafana=grafana)}
     with open_tunnels(ssh_base_cmd, targets, timeout=timeout) as ports:
         yield ports
 
@@ -190,9 +198,10 @@ def open_dashboard(
 def describe(
     master_ip: str,
     *,
-    provider: str,
     grafana: bool,
     secrets_dir: Path,
+    wanted: bool | None = None,
+    direct: bool = False,
     local_ports: Mapping[str, int] | None = None,
     public_host: str | None = None,
     ssh_base_cmd: Sequence[str] | None = None,
@@ -201,16 +210,18 @@ def describe(
 
     URLs, in order of preference: through open tunnels (`local_ports`, from
     open_dashboard); the master's private IP when this machine is on the cluster
-    network (the local provider: the bridge is on this host); the master's public
+    network (`direct`: locally, the bridge is on this host); the master's public
     address when monitoring.expose is on (`public_host`). Otherwise a service's url is
     None and `ssh_command` (given `ssh_base_cmd`) is a command to open the tunnels by
-    hand, on the same port numbers locally.
+    hand, on the same port numbers locally. `grafana`: Grafana runs; `wanted`: the spec
+    asked for it (default: the same), so a note can say why it does not run.
     """
+    wanted = grafana if wanted is None else wanted
     entries = []
-    for s in services(provider=provider, grafana=grafana):
+    for s in services(grafana=grafana):
         if local_ports and s.name in local_ports:
             url, via = f"http://127.0.0.1:{local_ports[s.name]}{s.path}", "ssh tunnel"
-        elif provider == "local":
+        elif direct:
             url, via = f"http://{master_ip}:{s.port}{s.path}", "cluster network"
         elif public_host:
             url, via = f"http://{public_host}:{s.port}{s.path}", "public address (security group)"
@@ -220,9 +231,9 @@ def describe(
 
     notes: list[str] = []
     login = None
-    if grafana_runs(provider, grafana):
+    if grafana:
         login = {"user": GRAFANA_ADMIN_USER, "password_file": str(Path(secrets_dir) / GRAFANA_PASSWORD_FILE)}
-    elif grafana:
+    elif wanted:
         notes.append(
             "Grafana runs on OpenStack only (no package source for local nodes); "
             "Prometheus has the same data: its Graph page takes the dashboards' queries."
@@ -232,7 +243,7 @@ def describe(
 
     ssh_command = None
     if ssh_base_cmd and any(e["url"] is None for e in entries):
-        forwards = [(s.port, master_ip, s.port) for s in services(provider=provider, grafana=grafana)]
+        forwards = [(s.port, master_ip, s.port) for s in services(grafana=grafana)]
         ssh_command = shlex.join(tunnel_command(ssh_base_cmd, forwards))
     return {"services": entries, "grafana_login": login, "ssh_command": ssh_command, "notes": notes}
 

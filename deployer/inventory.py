@@ -42,10 +42,6 @@ def hostfile(cluster: dict[str, Any]) -> str:
     return "".join(f"{n['private_ip']} slots={max(1, int(n.get('gpus') or 0))}\n" for n in cluster["nodes"])
 
 
-def cluster_cidr(spec: "ClusterSpec") -> str:
-    return str(spec.local.subnet if spec.provider == "local" else spec.openstack.network_cidr)
-
-
 def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
     hosts: dict[str, Any] = {}
     for i, node in enumerate(cluster["nodes"]):
@@ -70,11 +66,10 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
         "deployer_ssh_user": cluster["ssh_user"],
         "deployer_shared_dir": cluster["shared_dir"],
         "deployer_shared_device": cluster.get("shared_device"),
-        # An existing OpenStack network reports its own CIDR in the output.
-        "deployer_cluster_cidr": cluster.get("cluster_cidr") or cluster_cidr(spec),
+        "deployer_cluster_cidr": cluster["cluster_cidr"],
         "deployer_master_ip": cluster["nodes"][0]["private_ip"],
         "deployer_hostfile": hostfile(cluster),
-        "deployer_enable_gpu": spec.provider == "openstack" and spec.openstack.enable_gpu,
+        "deployer_enable_gpu": any(int(n.get("gpus") or 0) > 0 for n in cluster["nodes"]),
         "deployer_nvidia_driver_install": spec.openstack.nvidia_driver_install,
         "deployer_monitoring_enabled": m.enabled,
         "deployer_monitoring_expose": m.expose,

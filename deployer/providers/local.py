@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PreflightError
+from .base import Machine, Observation, Repair
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
@@ -65,6 +66,7 @@ def _host_routes() -> list[tuple[ipaddress.IPv4Network, str]]:
 
 class LocalProvider:
     name = "local"
+    description = "LXC containers on this machine; --provider openstack for a cloud"
     boot_timeout_s = 120  # a container boots in seconds; cloud-init adds about 2-3 s
 
     def terraform_env(self, spec: "ClusterSpec") -> dict[str, str]:
@@ -97,7 +99,7 @@ class LocalProvider:
                     f"local.subnet {subnet} collides with the host route {net} on {dev}: pick another, e.g. local.subnet: 10.78.0.0/24"
                 )
 
-    def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> list[str]:
+    def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> None:
         from . import lxc
 
         if not lxc.image_current():
@@ -106,33 +108,45 @@ class LocalProvider:
             with ui.status(f"building the Debian {lxc.SUITE} base image with debootstrap (once, about a minute)"):
                 lxc.ensure_base_image()
         state.shared_host_dir.mkdir(parents=True, exist_ok=True)
-        return self._heal(spec, state)
 
-    def _heal(self, spec: "ClusterSpec", state: "ClusterState") -> list[str]:
-        """Bring back what Terraform records but the host lost (a reboot stops containers
-        and removes the bridge); terraform_data cannot see that drift itself. The
-        firewall table is rewritten every time, so a changed local.access applies."""
-        from .. import ui
+    def observe(self, state: "ClusterState", env: dict[str, str], nodes: list[str]) -> Observation:
+        """Containers, bridge and firewall table of the cluster, read from the host: one
+        `lxc-ls` and a file read per node, no SSH (status stays fast)."""
         from . import lxc
 
-        cluster = state.cluster()
-        if not cluster or not (state.terraform_dir / "local" / "terraform.tfstate").exists():
-            return []
+        found = lxc.containers(state.name)
+        seen = {n: Machine(found[n], lxc.instance_id(n)) if n in found else Machine("missing") for n in nodes}
+        other = []
+        if Path("/sys/class/net", bridge_name(state.name)).exists():
+            other.append(f"bridge {bridge_name(state.name)}")
+        if lxc.nft_table_exists(state.name):
+            other.append(f"nftables table ip {lxc.nft_table(state.name)}")
+        return Observation(nodes=seen, extra=sorted(set(found) - set(nodes)), other=other)
+
+    def repair(self, spec: "ClusterSpec", state: "ClusterState", cluster: dict[str, Any], seen: Observation) -> Repair:
+        """Bring back what a host reboot takes (the bridge, the firewall table, running
+        containers). The table is rewritten every time, so a changed local.access applies
+        to a running cluster. A missing container goes back to Terraform: recreated, it
+        gets a new id and is configured again."""
+        from . import lxc
+
         v = self.tfvars(spec, state)
         net = ipaddress.IPv4Network(v["subnet"])
         gateway = net.network_address + 1
         only_master = cluster["nodes"][0]["private_ip"] if v["access"] == "via_master" else None
         lxc.network_up(spec.name, bridge_name(spec.name), str(net), f"{gateway}/{net.prefixlen}", only_master)
-        restarted = []
+        fix = Repair()
         for n in cluster["nodes"]:
-            if lxc.node_state(n["name"]) != "RUNNING":
-                ui.info(f"  {n['name']} is not running (host rebooted?): starting it again")
-                restarted.append(n["name"])
+            machine = seen.nodes.get(n["name"], Machine("missing"))
+            if machine.state == "missing":
+                fix.recreate.append(n["name"])
+            elif machine.state == "stopped":
+                fix.started.append(n["name"])
                 lxc.node_up(n["name"], f"{n['private_ip']}/{net.prefixlen}", str(gateway), bridge_name(spec.name),
                             f"{v['shared_host_dir']}:{v['shared_dir']}", v["memory_mb"], state.boot_dir / f"{n['name']}.user-data")
-        return restarted
+        return fix
 
-    def tfvars(self, spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
+    def tfvars(self, spec: "ClusterSpec", state: "ClusterState", checked: Any = None) -> dict[str, Any]:
         return {
             "cluster_name": spec.name,
             "node_count": spec.nodes,
@@ -153,14 +167,8 @@ class LocalProvider:
 
         return lxc.boot_log_hint(node)
 
-    def leftovers(self, spec: "ClusterSpec", state: "ClusterState") -> list[str]:
+    def manual_cleanup_hint(self, cluster: str) -> str:
         from . import lxc
 
-        left = []
-        names = subprocess.run(["lxc-ls", "-1"], text=True, capture_output=True).stdout.split()
-        left += [f"container {n}" for n in names if n == f"{spec.name}-master" or n.startswith(f"{spec.name}-worker-")]
-        if subprocess.run(["ip", "link", "show", bridge_name(spec.name)], capture_output=True).returncode == 0:
-            left.append(f"bridge {bridge_name(spec.name)}")
-        if subprocess.run(["nft", "list", "table", "ip", lxc.nft_table(spec.name)], capture_output=True).returncode == 0:
-            left.append(f"nftables table ip {lxc.nft_table(spec.name)}")
-        return left
+        return (f"`lxc-ls -1 | grep ^{cluster}-` (then lxc-destroy -f -n NAME), `ip link del {bridge_name(cluster)}`, "
+                f"`nft delete table ip {lxc.nft_table(cluster)}`")

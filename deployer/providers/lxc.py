@@ -3,7 +3,7 @@
     python -m deployer.providers.lxc network-up  --cluster C --bridge B --subnet S --gateway G/P [--only-master IP]
     python -m deployer.providers.lxc network-down --cluster C --bridge B
     python -m deployer.providers.lxc node-up --name N --ip IP/P --gateway G --bridge B \
-        --shared HOST:GUEST --memory-mb M --user-data FILE
+        --shared HOST:GUEST --memory-mb M --user-data FILE [--instance-id ID]
     python -m deployer.providers.lxc node-down --name N
     python -m deployer.providers.lxc base-image
 
@@ -26,6 +26,7 @@ import fcntl
 import ipaddress
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -35,6 +36,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from ..errors import OperationFailed
 
 IMAGE_ROOT = Path(os.environ.get("DEPLOYER_IMAGE_DIR", "/var/lib/deployer/images"))
 LXC_PATH = Path("/var/lib/lxc")
@@ -69,14 +72,26 @@ locale: C.UTF-8
 """
 
 
+class DriverError(OperationFailed):
+    """A host command of the driver failed: in the error family, so an in-process caller
+    gets exit 1 and one line; only `main` turns it into an exit status."""
+
+
+# Progress lines go to Terraform's log when the driver runs as a command; called in
+# process (repair), the deployer says what happened in its own words.
+VERBOSE = False
+
+
 def log(msg: str) -> None:
+    if not VERBOSE:
+        return
     print(f"[lxc] {msg}", file=sys.stderr, flush=True)
 
 
 def sh(*args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(list(args), text=True, capture_output=True)
     if check and proc.returncode != 0:
-        raise SystemExit(f"[lxc] {shlex.join(args)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+        raise DriverError(f"[lxc] {shlex.join(args)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
     if not quiet and proc.stderr.strip() and proc.returncode != 0:
         log(proc.stderr.strip())
     return proc
@@ -110,7 +125,7 @@ def ensure_base_image() -> Path:
             )
             if proc.returncode != 0:
                 tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-                raise SystemExit(f"[lxc] debootstrap failed:\n{tail}")
+                raise DriverError(f"[lxc] debootstrap failed:\n{tail}")
             _finish_image(staging / "rootfs")
             if rootfs.exists():
                 shutil.rmtree(rootfs.parent)
@@ -133,7 +148,7 @@ def _prebake(rootfs: Path) -> None:
         proc = subprocess.run(["chroot", str(rootfs), *cmd], text=True, capture_output=True, env=env)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
-            raise SystemExit(f"[lxc] pre-baking packages into the base image failed:\n{tail}")
+            raise DriverError(f"[lxc] pre-baking packages into the base image failed:\n{tail}")
     policy.unlink()
 
 
@@ -250,7 +265,7 @@ def network_up(cluster: str, bridge: str, subnet: str, gateway: str, only_master
     sh("nft", "delete", "table", "ip", table, check=False, quiet=True)
     proc = subprocess.run(["nft", "-f", "-"], input=rules, text=True, capture_output=True)
     if proc.returncode != 0:
-        raise SystemExit(f"[lxc] nft failed: {proc.stderr.strip()}")
+        raise DriverError(f"[lxc] nft failed: {proc.stderr.strip()}")
     log(f"network {bridge} {gateway} with NAT table {table}")
 
 
@@ -293,6 +308,39 @@ def network_down(cluster: str, bridge: str) -> None:
 
 
 # -- nodes --------------------------------------------------------------------------
+def nft_table_exists(cluster: str) -> bool:
+    return sh("nft", "list", "table", "ip", nft_table(cluster), check=False, quiet=True).returncode == 0
+
+
+def containers(cluster: str) -> dict[str, str]:
+    """The cluster's containers on this host: name -> "running" | "stopped" (one lxc-ls)."""
+    out = sh("lxc-ls", "--fancy", "--fancy-format", "NAME,STATE", check=False, quiet=True).stdout
+    return parse_containers(out, cluster)
+
+
+def parse_containers(lxc_ls: str, cluster: str) -> dict[str, str]:
+    """`lxc-ls --fancy --fancy-format NAME,STATE` -> the cluster's nodes and their state."""
+    own = re.compile(rf"^{re.escape(cluster)}-(master|worker-[0-9]+)$")
+    found = {}
+    for line in lxc_ls.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and own.match(parts[0]):
+            found[parts[0]] = "running" if parts[1] == "RUNNING" else "stopped"
+    return found
+
+
+def instance_id(name: str) -> str | None:
+    """The id the driver gave the container when it made it (its cloud-init instance-id)."""
+    try:
+        text = (LXC_PATH / name / "rootfs/var/lib/cloud/seed/nocloud/meta-data").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("instance-id:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
 def node_state(name: str) -> str:
     proc = sh("lxc-info", "-n", name, "-s", "-H", check=False, quiet=True)
     return proc.stdout.strip() if proc.returncode == 0 else "ABSENT"
@@ -344,17 +392,20 @@ def _customise(rootfs: Path, pip_conf: str) -> None:
     (rootfs / "etc/pip.conf").write_text(pip_conf)
 
 
-def _seed(rootfs: Path, name: str, user_data: Path) -> None:
-    """The NoCloud seed: the node's user-data, and meta-data with a fresh instance-id
-    (cloud-init runs its once-per-instance modules for a new id)."""
+def _seed(rootfs: Path, name: str, user_data: Path, iid: str | None) -> None:
+    """The NoCloud seed: the node's user-data, and meta-data with the machine's id
+    (Terraform's id of the node: it changes whenever the node is made anew, and
+    cloud-init runs its once-per-instance modules for a new id)."""
     seed = rootfs / "var/lib/cloud/seed/nocloud"
     seed.mkdir(mode=0o700, parents=True, exist_ok=True)
     shutil.copyfile(user_data, seed / "user-data")
     (seed / "user-data").chmod(0o600)  # it holds the node's private host key
-    (seed / "meta-data").write_text(f"instance-id: iid-{name}-{uuid.uuid4().hex[:12]}\nlocal-hostname: {name}\n")
+    iid = iid or f"iid-{name}-{uuid.uuid4().hex[:12]}"
+    (seed / "meta-data").write_text(f"instance-id: {iid}\nlocal-hostname: {name}\n")
 
 
-def node_up(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, user_data: Path) -> None:
+def node_up(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, user_data: Path,
+            iid: str | None = None) -> None:
     """Create (when absent) and start the node. Returns once the container runs: like a
     cloud server turning ACTIVE, that is not yet a booted node; the deployer waits for
     SSH with the pinned key and for cloud-init before it configures anything."""
@@ -364,7 +415,7 @@ def node_up(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_m
     if node_state(name) == "ABSENT":
         # New, or left half-made by an interrupted run: (re)build it whole.
         if not user_data.is_file():
-            raise SystemExit(f"[lxc] {name}: no user-data at {user_data}; run `deployer up` (it renders it before Terraform)")
+            raise DriverError(f"[lxc] {name}: no user-data at {user_data}; run `deployer up` (it renders it before Terraform)")
         base = ensure_base_image()
         shutil.rmtree(LXC_PATH / name, ignore_errors=True)
         (LXC_PATH / name).mkdir(parents=True)
@@ -373,7 +424,7 @@ def node_up(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_m
         tmp.rename(rootfs)
         pip_conf, mounts = host_carry()
         _customise(rootfs, pip_conf)
-        _seed(rootfs, name, user_data)
+        _seed(rootfs, name, user_data, iid)
         _write_config(name, str(address), gateway, bridge, shared, memory_mb, mounts)  # last: marks it made
     if node_state(name) != "RUNNING":
         # A stopped node keeps what cloud-init and Ansible made of it; only start it again.
@@ -411,22 +462,33 @@ def main(argv: list[str] | None = None) -> int:
         up.add_argument(flag, required=True)
     up.add_argument("--memory-mb", type=int, required=True)
     up.add_argument("--user-data", type=Path, required=True)
+    up.add_argument("--instance-id", help="the node's identity (Terraform's id of it), seeded as cloud-init's instance-id")
     down = sub.add_parser("node-down")
     down.add_argument("--name", required=True)
     down.add_argument("--state-dir", help=argparse.SUPPRESS)  # passed by clusters made before the boot contract
     sub.add_parser("base-image")
     a = p.parse_args(argv)
+    global VERBOSE
+    VERBOSE = True
+    try:
+        _dispatch(a)
+    except DriverError as e:
+        print(e, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _dispatch(a: argparse.Namespace) -> None:
     if a.cmd == "network-up":
         network_up(a.cluster, a.bridge, a.subnet, a.gateway, a.only_master)
     elif a.cmd == "network-down":
         network_down(a.cluster, a.bridge)
     elif a.cmd == "node-up":
-        node_up(a.name, a.ip, a.gateway, a.bridge, a.shared, a.memory_mb, a.user_data)
+        node_up(a.name, a.ip, a.gateway, a.bridge, a.shared, a.memory_mb, a.user_data, a.instance_id)
     elif a.cmd == "node-down":
         node_down(a.name)
     elif a.cmd == "base-image":
         print(ensure_base_image())
-    return 0
 
 
 if __name__ == "__main__":

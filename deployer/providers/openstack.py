@@ -1,7 +1,7 @@
 """The OpenStack provider: preflight through openstacksdk, variables for terraform/openstack.
 
 Making machines is Terraform's (terraform/openstack); setting them up is Ansible's and
-reads only the `cluster` output. This class answers the four questions of base.py and
+reads only the `cluster` output. This class implements base.Provider and
 keeps openstacksdk out of import time (openstack_preflight imports it lazily).
 """
 
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import terraform, ui
 from ..errors import OperationFailed
+from .base import Observation, Repair
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
@@ -24,15 +25,13 @@ UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]
 
 class OpenStackProvider:
     name = "openstack"
+    description = "virtual machines in your OpenStack project"
     # A GPU VM may take minutes to be scheduled, boot and run cloud-init.
     boot_timeout_s = 900
 
-    def __init__(self) -> None:
-        self._checked: PreflightResult | None = None
-
     # ---- base.Provider -------------------------------------------------------------------
 
-    def preflight(self, spec: ClusterSpec, state: ClusterState) -> None:
+    def preflight(self, spec: ClusterSpec, state: ClusterState) -> PreflightResult:
         """Auth, flavor, image, networks, key pair, floating IP and quotas; creates nothing."""
         from .openstack_preflight import check
 
@@ -46,9 +45,9 @@ class OpenStackProvider:
             f"OpenStack: {spec.nodes} × {result.flavor} ({result.vcpus} vCPUs, {result.ram_mb // 1024} GiB{gpus}) "
             f"fit the project's quotas{grow}"
         )
-        self._checked = result
+        return result
 
-    def tfvars(self, spec: ClusterSpec, state: ClusterState) -> dict[str, Any]:
+    def tfvars(self, spec: ClusterSpec, state: ClusterState, checked: PreflightResult | None = None) -> dict[str, Any]:
         """Every variable of terraform/openstack that has no default, and the ones the spec sets.
 
         A None is left out, so Terraform takes the variable's default (null).
@@ -68,7 +67,7 @@ class OpenStackProvider:
             "key_pair": o.key_pair,
             "public_key": self._public_key(state),
             "enable_gpu": o.enable_gpu,
-            "gpus_per_node": self._gpus_per_node(spec, state),
+            "gpus_per_node": self._gpus_per_node(spec, checked),
             "external_network": o.external_network,
             "floating_ip": o.floating_ip,
             "create_network": o.network is None,
@@ -93,17 +92,30 @@ class OpenStackProvider:
     def node_resource(self, node: str) -> str:
         return f'openstack_compute_instance_v2.node["{node}"]'
 
-    def prepare(self, spec: ClusterSpec, state: ClusterState) -> list[str]:
+    def prepare(self, spec: ClusterSpec, state: ClusterState) -> None:
         """Nothing to build ahead of Terraform on a cloud."""
-        return []
+
+    def observe(self, state: ClusterState, env: dict[str, str], nodes: list[str]) -> Observation:
+        from .openstack_observe import observe
+
+        return observe(state.name, env, nodes)
+
+    def repair(self, spec: ClusterSpec, state: ClusterState, cluster: dict[str, Any], seen: Observation) -> Repair:
+        """Start what an operator stopped. A deleted server needs nothing here: Terraform's
+        refresh sees it gone and makes it anew (a new server id: it is configured again)."""
+        from .openstack_observe import start
+
+        stopped = [n for n, m in seen.nodes.items() if m.state == "stopped"]
+        if stopped:
+            start(spec.name, self.terraform_env(spec), [seen.nodes[n].id for n in stopped if seen.nodes[n].id])
+        return Repair(started=stopped)
 
     def boot_log_hint(self, node: str) -> str:
         return f"`openstack console log show {node}` (the VM's console: cloud-init prints its errors there)"
 
-    def leftovers(self, spec: ClusterSpec, state: ClusterState) -> list[str]:
-        from .openstack_preflight import leftovers
-
-        return leftovers(spec)
+    def manual_cleanup_hint(self, cluster: str) -> str:
+        return (f"`openstack server list --name '^{cluster}-'`, `openstack volume list --name {cluster}-shared`, "
+                f"`openstack network list --name {cluster}-net` (delete what is there, then run `deployer down` again)")
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -115,10 +127,11 @@ class OpenStackProvider:
         except OSError as e:
             raise OperationFailed(f"cannot read the cluster's public key {path}: {e.strerror}") from None
 
-    def _gpus_per_node(self, spec: ClusterSpec, state: ClusterState) -> int:
+    @staticmethod
+    def _gpus_per_node(spec: ClusterSpec, checked: PreflightResult | None) -> int:
         """From this run's preflight (the flavor's extra specs); else the spec's default."""
         if not spec.openstack.enable_gpu:
             return 0
-        if self._checked is not None and self._checked.flavor == spec.openstack.flavor:
-            return self._checked.gpus_per_node
+        if checked is not None and checked.flavor == spec.openstack.flavor:
+            return checked.gpus_per_node
         return max(1, spec.gpus_per_node)

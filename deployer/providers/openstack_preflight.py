@@ -623,32 +623,3 @@ def _int(v: Any) -> int:
         return int(v)
     except (TypeError, ValueError):
         return 0 if v is None else -1
-
-
-def leftovers(spec: ClusterSpec) -> list[str]:
-    """What of this cluster still exists in the project (names the Terraform module gives)."""
-    name = spec.name
-    nodes = re.compile(node_name_pattern(name))
-    ports = re.compile(f"^{re.escape(name)}-(master|worker-[0-9]+)-port$")
-    found: list[str] = []
-    with quiet_sdk_logs():
-        conn, _ = connect(spec.openstack.cloud)
-        try:
-            with cloud_errors(conn, "listing what is left of the cluster"):
-                found += [f"server {s.name}" for s in conn.compute.servers(name=nodes.pattern) if nodes.match(s.name)]
-                found += [f"volume {v.name}" for v in conn.block_storage.volumes(name=f"{name}-shared")]
-                found += [f"port {p.name}" for p in conn.network.ports() if p.name and ports.match(p.name)]
-                found += [
-                    f"security group {g.name}" for g in conn.network.security_groups() if g.name in (f"{name}-cluster", f"{name}-master")
-                ]
-                found += [f"router {r.name}" for r in conn.network.routers() if r.name == f"{name}-router"]
-                found += [f"network {n.name}" for n in conn.network.networks() if n.name == f"{name}-net"]
-                found += [
-                    f"floating IP {f.floating_ip_address}" for f in conn.network.ips() if (f.description or "") == f"deployer {name} master"
-                ]
-                if not spec.openstack.key_pair and conn.compute.find_keypair(f"{name}-key", ignore_missing=True):
-                    found.append(f"key pair {name}-key")
-        finally:
-            with contextlib.suppress(Exception):
-                conn.close()
-    return found

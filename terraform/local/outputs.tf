@@ -8,10 +8,15 @@ output "cluster" {
     # direct: the host sits on the cluster bridge and reaches every node.
     # via_master: a firewall rule lets it reach the master only, as on OpenStack.
     access = var.access
+    # The private network, for the exports and firewall rules that name it.
+    cluster_cidr = var.subnet
+    # Grafana's only package source (apt.grafana.com) is out of reach of local nodes.
+    grafana_installable = false
     nodes = [
       for name in module.design.names : {
         name       = name
         role       = terraform_data.node[name].input.role
+        id         = terraform_data.node[name].id
         private_ip = terraform_data.node[name].input.ip
         public_ip  = terraform_data.node[name].input.role == "master" ? terraform_data.node[name].input.ip : null
         gpus       = module.design.nodes[name].gpus

@@ -7,19 +7,22 @@ output "cluster" {
     shared_dir = var.shared_dir
     # Only the master has a public address; workers are reached through it.
     access = "via_master"
+    # Grafana comes from apt.grafana.com, which cloud nodes reach.
+    grafana_installable = true
     nodes = [
       for name in module.design.names : {
         name       = name
         role       = module.design.nodes[name].role
+        id         = openstack_compute_instance_v2.node[name].id
         private_ip = openstack_networking_port_v2.node[name].all_fixed_ips[0]
         public_ip  = module.design.nodes[name].role == "master" ? openstack_networking_floatingip_associate_v2.master.floating_ip : null
         gpus       = module.design.nodes[name].gpus
       }
     ]
-    # Extra keys (OpenStack only): the master's block device for the shared volume,
-    # and the private subnet that NFS is exported to.
-    shared_device = local.shared_device
+    # The private subnet (NFS is exported to it), and (OpenStack only) the master's
+    # block device for the shared volume.
     cluster_cidr  = local.cluster_cidr
+    shared_device = local.shared_device
   }
 
   depends_on = [openstack_compute_volume_attach_v2.shared, openstack_compute_instance_v2.node]

@@ -23,8 +23,9 @@ def test_status_json_lists_every_node_reachable_master_first(local_cluster):
     assert info["name"] == "itest" and info["provider"] == "local"
     assert [n["name"] for n in info["nodes"]] == ["itest-master", "itest-worker-1", "itest-worker-2"]
     assert [n["role"] for n in info["nodes"]] == ["master", "worker", "worker"]
-    assert all(n["reachable"] for n in info["nodes"])
-    assert all(set(n) == {"name", "role", "private_ip", "public_ip", "gpus", "reachable"} for n in info["nodes"])
+    assert all(n["reachable"] and n["state"] == "ok" for n in info["nodes"])
+    assert all(set(n) == {"name", "role", "id", "private_ip", "public_ip", "gpus", "state", "reachable"} for n in info["nodes"])
+    assert len({n["id"] for n in info["nodes"]}) == NODES and info["extra"] == []
     assert all(n["private_ip"].startswith(SUBNET.rsplit(".", 2)[0]) for n in info["nodes"])
 
 
@@ -68,9 +69,9 @@ def test_up_brings_back_a_stopped_node(local_cluster):
     subprocess.run(["lxc-stop", "-n", "itest-worker-2", "-k"], check=True)
     p = local_cluster.deployer("up", timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "itest-worker-2 is not running" in p.stderr
+    assert "itest-worker-2 was stopped" in p.stderr
     status = json.loads(local_cluster.deployer("status", "--json").stdout)
-    assert all(n["reachable"] for n in status["nodes"])
+    assert all(n["state"] == "ok" for n in status["nodes"])
 
 
 def test_rerun_with_ansible_changes_nothing(local_cluster):

@@ -1,20 +1,44 @@
-"""Last of the integration modules (name order): down leaves nothing behind."""
+"""Last of the integration modules (name order): down leaves nothing behind, even
+without the spec record, and never forgets a cluster while something of it remains."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.integration
 
 
-def test_zz_down_leaves_nothing_behind(local_cluster):
+def _containers() -> list[str]:
+    return [c for c in subprocess.run(["lxc-ls", "-1"], capture_output=True, text=True).stdout.split() if c.startswith("itest-")]
+
+
+def test_zz_down_without_the_spec_record_refuses_to_forget_a_stray_then_leaves_nothing(local_cluster):
+    # The spec record lost: down works from what was recorded at creation (origin.json)
+    # and Terraform's state.
+    (local_cluster.state / "spec.json").unlink()
+    # A container of the cluster's name that Terraform does not know (a stray of an
+    # interrupted scale-in): down destroys what it knows, then refuses to forget the rest.
+    stray = Path("/var/lib/lxc/itest-worker-9")
+    stray.mkdir(parents=True)
+    (stray / "config").write_text("lxc.uts.name = itest-worker-9\n")
+    try:
+        p = local_cluster.deployer("down", "--yes", timeout=600)
+        assert p.returncode == 1, p.stderr
+        assert "left node itest-worker-9 behind; the state is kept" in p.stderr
+        assert "lxc-ls -1 | grep ^itest-" in p.stderr  # how to finish by hand
+        assert _containers() == ["itest-worker-9"]  # every node Terraform knew is gone
+        assert (local_cluster.state / "origin.json").exists()
+    finally:
+        shutil.rmtree(stray)
+
     # The session fixture's own down is then a no-op.
     p = local_cluster.deployer("down", "--yes", timeout=600)
     assert p.returncode == 0, p.stderr
-    containers = subprocess.run(["lxc-ls", "-1"], capture_output=True, text=True).stdout.split()
-    assert not [c for c in containers if c.startswith("itest-")]
+    assert _containers() == []
     assert subprocess.run(["ip", "link", "show", "dpl-itest"], capture_output=True).returncode != 0
     assert subprocess.run(["nft", "list", "table", "ip", "deployer_itest"], capture_output=True).returncode != 0
     assert not (local_cluster.state / "terraform").exists()

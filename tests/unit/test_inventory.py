@@ -16,6 +16,7 @@ LOCAL = {
     "ssh_user": "deployer",
     "shared_dir": "/shared",
     "access": "direct",
+    "cluster_cidr": "10.77.0.0/24",
     "nodes": [
         {"name": "demo-master", "role": "master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10", "gpus": 0},
         {"name": "demo-worker-1", "role": "worker", "private_ip": "10.77.0.11", "public_ip": None, "gpus": 0},
@@ -29,6 +30,7 @@ CLOUD = {
     "ssh_user": "ubuntu",
     "shared_dir": "/shared",
     "access": "via_master",
+    "cluster_cidr": "192.168.77.0/24",
     "nodes": [
         {"name": "gpu-master", "role": "master", "private_ip": "192.168.77.10", "public_ip": "203.0.113.5", "gpus": 2},
         {"name": "gpu-worker-1", "role": "worker", "private_ip": "192.168.77.11", "public_ip": None, "gpus": 2},

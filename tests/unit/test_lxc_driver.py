@@ -33,3 +33,28 @@ def test_nft_accepts_the_ruleset(only_master):
     p = subprocess.run(["nft", "-c", "-f", "-"], input=lxc.ruleset("demo", "dpl-demo", "10.77.0.0/24", only_master),
                        text=True, capture_output=True)
     assert p.returncode == 0, p.stderr
+
+
+def test_parse_containers_keeps_the_clusters_nodes_only():
+    out = (
+        "NAME            STATE   \n"
+        "demo-master     RUNNING \n"
+        "demo-worker-1   STOPPED \n"
+        "demo-worker-12  FROZEN  \n"
+        "demo-workers    RUNNING \n"
+        "demo2-master    RUNNING \n"
+        "other-master    RUNNING \n"
+    )
+    assert lxc.parse_containers(out, "demo") == {"demo-master": "running", "demo-worker-1": "stopped", "demo-worker-12": "stopped"}
+    assert lxc.parse_containers("", "demo") == {}
+
+
+def test_driver_errors_stay_in_the_error_family(tmp_path, capsys):
+    from deployer.errors import DeployerError
+
+    with pytest.raises(DeployerError, match="no user-data"):
+        lxc.node_up("zz-unit-master", "10.99.0.10/24", "10.99.0.1", "dpl-none", f"{tmp_path}:/shared", 512, tmp_path / "absent")
+    # Only the command-line entry point turns it into an exit status.
+    assert lxc.main(["node-up", "--name", "zz-unit-master", "--ip", "10.99.0.10/24", "--gateway", "10.99.0.1", "--bridge", "x",
+                     "--shared", f"{tmp_path}:/shared", "--memory-mb", "512", "--user-data", str(tmp_path / "absent")]) == 1
+    assert "no user-data" in capsys.readouterr().err

