@@ -40,7 +40,7 @@ def main(debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")]
 
 
 def _state(name: str | None, state_dir: Path, config: Path | None = None):
-    from .spec import read_config
+    from .config_file import read_config
     from .state import ClusterState, resolve_name
 
     config_name = None
@@ -92,10 +92,10 @@ def up(
 @app.command()
 def status(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> None:
     """Show each node's state: ok, stopped, missing, replaced (needs configure) or unreachable."""
-    from . import lifecycle
+    from .status import status as cluster_status
 
     st = _state(name, state_dir)
-    info = lifecycle.status(st)
+    info = cluster_status(st)
     if info is None:
         if json_out:
             ui.print_json({"name": st.name, "provider": None, "nodes": []})

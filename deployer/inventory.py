@@ -20,23 +20,6 @@ if TYPE_CHECKING:
     from .state import ClusterState
 
 
-def node_address(cluster: dict[str, Any], node: dict[str, Any]) -> str:
-    return node.get("public_ip") or node["private_ip"]
-
-
-def find_node(cluster: dict[str, Any], name: str | None) -> dict[str, Any]:
-    if not name:
-        return cluster["nodes"][0]
-    for node in cluster["nodes"]:
-        short = node["name"].removeprefix(cluster["name"] + "-")
-        if name in (node["name"], short, node["private_ip"]):
-            return node
-    from .errors import UsageError
-
-    names = ", ".join(n["name"] for n in cluster["nodes"])
-    raise UsageError(f"no node {name!r} in cluster {cluster['name']!r}; pick one of: {names}")
-
-
 def hostfile(cluster: dict[str, Any]) -> str:
     """One line per node, master first; slots = GPUs (1 on CPU nodes)."""
     return "".join(f"{n['private_ip']} slots={max(1, int(n.get('gpus') or 0))}\n" for n in cluster["nodes"])

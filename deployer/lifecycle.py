@@ -7,20 +7,19 @@ spec -> provider.preflight -> user-data + host keys -> terraform (cluster output
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import boot, drift, inventory, terraform, ui
+from . import boot, drift, inventory, nodes, terraform, ui
 from .errors import DeployerError, OperationFailed, UsageError
 from .providers import get_provider
 from .readiness import wait_for_boot
 from .remote import MasterRunner
 from .spec import ClusterSpec
 from .state import ClusterState
+from .status import origin_of
 
 
 def _check_same_cluster(spec: ClusterSpec, state: ClusterState) -> None:
@@ -75,7 +74,7 @@ def _replace_nodes(spec: ClusterSpec, state: ClusterState, replace: list[str]) -
     cluster = state.cluster()
     if cluster is None:
         raise UsageError(f"--replace: cluster {spec.name!r} has no nodes yet; run `deployer up` without it")
-    return [inventory.find_node(cluster, name)["name"] for name in replace]
+    return [nodes.find_node(cluster, name)["name"] for name in replace]
 
 
 def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replace: list[str] | None = None) -> dict[str, Any]:
@@ -139,7 +138,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             from .ansible import run_playbook
 
             # Until this run succeeds, the nodes it configures count as not configured.
-            done_before = None if plan.every_node else [n for n in _names(cluster) if n not in plan.why]
+            done_before = None if plan.every_node else [n for n in nodes.names(cluster) if n not in plan.why]
             if done_before is None:
                 state.configured_file.unlink(missing_ok=True)
             else:
@@ -160,10 +159,6 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         }
 
 
-def _names(cluster: dict[str, Any]) -> list[str]:
-    return [n["name"] for n in cluster["nodes"]]
-
-
 def _only(cluster: dict[str, Any], names: list[str]) -> dict[str, Any]:
     return {**cluster, "nodes": [n for n in cluster["nodes"] if n["name"] in names]}
 
@@ -178,7 +173,7 @@ def _repair(provider: Any, spec: ClusterSpec, state: ClusterState, env: dict[str
     cluster = state.cluster()
     if not cluster or not terraform.has_resources(state.terraform_dir / spec.provider):
         return [], []
-    seen = provider.observe(state, env, _names(cluster))
+    seen = provider.observe(state, env, nodes.names(cluster))
     fix = provider.repair(spec, state, cluster, seen)
     for name in fix.started:
         ui.info(f"  {name} was stopped (host rebooted, or stopped by hand): started it again")
@@ -201,28 +196,10 @@ def smoke_check(state: ClusterState, cluster: dict[str, Any]) -> list[str]:
     return got
 
 
-def _origin(state: ClusterState) -> tuple[str, dict[str, str]] | None:
-    """(provider, Terraform's environment) of the cluster, from the first record that has
-    it: origin.json, else the spec record, else the Terraform dir that holds resources
-    (a cluster made before origin.json; its provider then needs no environment, or the
-    user's own OS_CLOUD). None when nothing of the cluster is recorded."""
-    origin = state.read_record(state.origin_file)
-    if origin:
-        return origin["provider"], origin.get("terraform_env") or {}
-    spec = state.read_record(state.spec_file)
-    if spec:
-        parsed = ClusterSpec.model_validate(spec["spec"])
-        return parsed.provider, get_provider(parsed.provider).terraform_env(parsed)
-    for sub in sorted(state.terraform_dir.glob("*/terraform.tfstate")):
-        if terraform.has_resources(sub.parent):
-            return sub.parent.name, {}
-    return None
-
-
 def down(state: ClusterState) -> bool:
     """Destroy everything of the cluster; keep runs/ (logs) and bench/ (results). False if
     nothing was recorded. The state dir goes only once the provider proves nothing is left."""
-    origin = _origin(state)
+    origin = origin_of(state)
     if origin is None:
         return False
     name, env = origin
@@ -267,64 +244,13 @@ def _terraform_binary(state: ClusterState) -> str | None:
     return ClusterSpec.model_validate(spec["spec"]).terraform.binary if spec else None
 
 
-def _reachable(cluster: dict[str, Any], state: ClusterState, nodes: list[str]) -> dict[str, bool]:
-    """SSH answers on each of `nodes`: TCP from here in parallel, or (access: via_master)
-    from the master, in one SSH session."""
-    def tcp(host: str) -> bool:
-        try:
-            with socket.create_connection((host, 22), timeout=1.5) as s:
-                s.settimeout(1.5)
-                return s.recv(4).startswith(b"SSH")
-        except OSError:
-            return False
-
-    wanted = [n for n in cluster["nodes"] if n["name"] in nodes]
-    if not wanted:
-        return {}
-    master = cluster["nodes"][0]
-    if cluster.get("access") == "via_master":
-        if master["name"] not in nodes or not tcp(inventory.node_address(cluster, master)):
-            return {n["name"]: False for n in wanted}
-        probe = " ; ".join(f"(exec 3<>/dev/tcp/{n['private_ip']}/22) 2>/dev/null && echo {n['name']}" for n in wanted[1:])
-        rc, out, _ = MasterRunner(state, cluster).run(probe or "true", timeout=20)
-        up = set(out.split())
-        return {n["name"]: (n is master or n["name"] in up) for n in wanted}
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        results = list(pool.map(lambda n: tcp(inventory.node_address(cluster, n)), wanted))
-    return {n["name"]: r for n, r in zip(wanted, results, strict=True)}
-
-
-def status(state: ClusterState) -> dict[str, Any] | None:
-    """Per node: ok · stopped · missing · replaced (needs configure) · unreachable, from
-    the provider's observation, the configuration record and an SSH probe of what runs."""
-    cluster = state.cluster()
-    origin = _origin(state)
-    if cluster is None or origin is None:
-        return None
-    provider_name, env = origin
-    seen = get_provider(provider_name).observe(state, env, _names(cluster))
-    running = [n for n, m in seen.nodes.items() if m.state == "running"]
-    reach = _reachable(cluster, state, running)
-    states = drift.node_states(cluster, seen, state.read_record(state.configured_file), reach)
-    return {
-        "name": cluster["name"],
-        "provider": cluster["provider"],
-        "nodes": [
-            {k: n.get(k) for k in ("name", "role", "id", "private_ip", "public_ip", "gpus")}
-            | {"state": states[n["name"]], "reachable": reach.get(n["name"], False)}
-            for n in cluster["nodes"]
-        ],
-        "extra": seen.extra,
-    }
-
-
 def ssh(state: ClusterState, node_name: str | None, command: list[str]) -> int:
     cluster = state.cluster()
     if cluster is None:
         raise UsageError(f"cluster {state.name!r} is not up: run `deployer up` first")
     from .remote import ssh_argv
 
-    node = inventory.find_node(cluster, node_name)
+    node = nodes.find_node(cluster, node_name)
     argv = ssh_argv(state, cluster, node, tty=not command and ui.err.is_terminal)
     # Like ssh itself: the words are joined by the remote shell; stdin, stdout and the
     # exit code pass straight through.

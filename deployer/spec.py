@@ -11,13 +11,12 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .config_file import CONFIG_FILE, read_config  # noqa: F401  (re-exported)
 from .errors import UsageError
 
 DEFAULT_NAME = "demo"
-CONFIG_FILE = "cluster.yaml"
 PROVIDERS = ("local", "openstack")
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,19}$"
 
@@ -177,26 +176,6 @@ def _format_error(err: ValidationError, source: str) -> str:
         source = "deployer up"
     extra = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
     return f"{source}: {loc}: {msg}{extra}"
-
-
-def read_config(path: Path | None) -> tuple[dict[str, Any], str]:
-    """The YAML mapping from `path` (or ./cluster.yaml when present) and its display name."""
-    if path is None:
-        default = Path(CONFIG_FILE)
-        if not default.exists():
-            return {}, "flags"
-        path = default
-    if not path.exists():
-        raise UsageError(f"{path}: no such file; create one with `deployer init` or drop --config")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise UsageError(f"{path}:{where}: not valid YAML; fix the syntax ({getattr(e, 'problem', e)})") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: expected a mapping of keys (name:, nodes:, ...); see `deployer init`")
-    return data, str(path)
 
 
 def build_spec(config: Path | None = None, recorded: dict[str, Any] | None = None, **flags: Any) -> ClusterSpec:

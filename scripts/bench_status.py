@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 
+# As a user's shell runs it: Python caches compiled modules. (With PYTHONDONTWRITEBYTECODE
+# set, every run compiles the deployer's own modules again: about 40 ms more.)
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
 
 def timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()
-    p = subprocess.run(argv, capture_output=True, text=True)
+    p = subprocess.run(argv, capture_output=True, text=True, env=ENV)
     return time.perf_counter() - t0, p
 
 

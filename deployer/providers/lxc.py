@@ -313,20 +313,18 @@ def nft_table_exists(cluster: str) -> bool:
 
 
 def containers(cluster: str) -> dict[str, str]:
-    """The cluster's containers on this host: name -> "running" | "stopped" (one lxc-ls)."""
-    out = sh("lxc-ls", "--fancy", "--fancy-format", "NAME,STATE", check=False, quiet=True).stdout
-    return parse_containers(out, cluster)
+    """The cluster's containers on this host: name -> "running" | "stopped". Two plain
+    `lxc-ls` (5 ms each) rather than one --fancy (20 ms): `status` waits for this."""
+    every = sh("lxc-ls", "-1", check=False, quiet=True).stdout
+    running = sh("lxc-ls", "-1", "--running", check=False, quiet=True).stdout
+    return parse_containers(every, running, cluster)
 
 
-def parse_containers(lxc_ls: str, cluster: str) -> dict[str, str]:
-    """`lxc-ls --fancy --fancy-format NAME,STATE` -> the cluster's nodes and their state."""
+def parse_containers(every: str, running: str, cluster: str) -> dict[str, str]:
+    """`lxc-ls -1` and `lxc-ls -1 --running` -> the cluster's nodes and their state."""
     own = re.compile(rf"^{re.escape(cluster)}-(master|worker-[0-9]+)$")
-    found = {}
-    for line in lxc_ls.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and own.match(parts[0]):
-            found[parts[0]] = "running" if parts[1] == "RUNNING" else "stopped"
-    return found
+    up = set(running.split())
+    return {name: ("running" if name in up else "stopped") for name in every.split() if own.match(name)}
 
 
 def instance_id(name: str) -> str | None:

@@ -5,7 +5,7 @@ import shlex
 import pytest
 import yaml
 
-from deployer import boot, inventory
+from deployer import boot, inventory, nodes
 from deployer.errors import UsageError
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
@@ -85,9 +85,9 @@ def test_write_produces_yaml_and_hostfile(tmp_path):
 
 @pytest.mark.parametrize("query, expected", [(None, "demo-master"), ("master", "demo-master"), ("worker-2", "demo-worker-2"), ("demo-worker-1", "demo-worker-1"), ("10.77.0.11", "demo-worker-1")])
 def test_find_node(query, expected):
-    assert inventory.find_node(LOCAL, query)["name"] == expected
+    assert nodes.find_node(LOCAL, query)["name"] == expected
 
 
 def test_find_node_unknown_lists_the_choices():
     with pytest.raises(UsageError, match="demo-master, demo-worker-1"):
-        inventory.find_node(LOCAL, "worker-9")
+        nodes.find_node(LOCAL, "worker-9")

@@ -36,17 +36,10 @@ def test_nft_accepts_the_ruleset(only_master):
 
 
 def test_parse_containers_keeps_the_clusters_nodes_only():
-    out = (
-        "NAME            STATE   \n"
-        "demo-master     RUNNING \n"
-        "demo-worker-1   STOPPED \n"
-        "demo-worker-12  FROZEN  \n"
-        "demo-workers    RUNNING \n"
-        "demo2-master    RUNNING \n"
-        "other-master    RUNNING \n"
-    )
-    assert lxc.parse_containers(out, "demo") == {"demo-master": "running", "demo-worker-1": "stopped", "demo-worker-12": "stopped"}
-    assert lxc.parse_containers("", "demo") == {}
+    every = "demo-master\ndemo-worker-1\ndemo-worker-12\ndemo-workers\ndemo2-master\nother-master\n"
+    running = "demo-master\ndemo-workers\nother-master\n"
+    assert lxc.parse_containers(every, running, "demo") == {"demo-master": "running", "demo-worker-1": "stopped", "demo-worker-12": "stopped"}
+    assert lxc.parse_containers("", "", "demo") == {}
 
 
 def test_driver_errors_stay_in_the_error_family(tmp_path, capsys):

@@ -2,23 +2,23 @@
 
 import json
 
-from deployer import lifecycle
+from deployer import status
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 
 
 def test_origin_record_first(tmp_path):
     st = ClusterState(tmp_path, "demo")
-    assert lifecycle._origin(st) is None  # nothing recorded: nothing to destroy
+    assert status.origin_of(st) is None  # nothing recorded: nothing to destroy
     st.write_record(st.origin_file, {"provider": "openstack", "terraform_env": {"OS_CLOUD": "lab"}})
     st.write_record(st.spec_file, {"spec": ClusterSpec(nodes=2).model_dump(mode="json")})
-    assert lifecycle._origin(st) == ("openstack", {"OS_CLOUD": "lab"})
+    assert status.origin_of(st) == ("openstack", {"OS_CLOUD": "lab"})
 
 
 def test_spec_record_when_the_origin_record_is_missing(tmp_path):
     st = ClusterState(tmp_path, "demo")
     st.write_record(st.spec_file, {"spec": ClusterSpec(nodes=2).model_dump(mode="json")})
-    assert lifecycle._origin(st) == ("local", {})
+    assert status.origin_of(st) == ("local", {})
 
 
 def test_terraform_state_when_both_records_are_missing(tmp_path):
@@ -26,6 +26,6 @@ def test_terraform_state_when_both_records_are_missing(tmp_path):
     workdir = st.terraform_dir / "local"
     workdir.mkdir(parents=True)
     (workdir / "terraform.tfstate").write_text(json.dumps({"resources": []}))
-    assert lifecycle._origin(st) is None  # a state with nothing in it
+    assert status.origin_of(st) is None  # a state with nothing in it
     (workdir / "terraform.tfstate").write_text(json.dumps({"resources": [{"type": "terraform_data"}]}))
-    assert lifecycle._origin(st) == ("local", {})
+    assert status.origin_of(st) == ("local", {})
