@@ -133,3 +133,22 @@ def test_spec_round_trips_through_json():
     spec = ClusterSpec(nodes=4)
     again = ClusterSpec.model_validate(spec.model_dump(mode="json"))
     assert again == spec
+
+
+def test_a_bare_rerun_starts_from_the_recorded_spec(tmp_path, monkeypatch):
+    # `deployer up` again, without cluster.yaml or flags, keeps the cluster as it was made
+    # (not the defaults: 2 nodes would mean a scale-in).
+    from deployer import cli
+    from deployer.spec import build_spec
+    from deployer.state import ClusterState
+
+    monkeypatch.chdir(tmp_path)
+    made = build_spec(None, name="lab", nodes="5")
+    st = ClusterState(tmp_path / ".deployer", "lab")
+    st.write_record(st.spec_file, {"spec": made.model_dump(mode="json")})
+    recorded = cli._recorded_spec(None, tmp_path / ".deployer", None)
+    assert build_spec(None, recorded) == made
+    assert build_spec(None, recorded, nodes="6").nodes == 6  # flags still win
+    assert cli._recorded_spec("other", tmp_path / ".deployer", None) is None  # a new cluster: defaults
+    (tmp_path / "cluster.yaml").write_text("name: lab\nnodes: 2\n")
+    assert cli._recorded_spec(None, tmp_path / ".deployer", None) is None  # the file is the source then
