@@ -79,7 +79,7 @@ def test_rerun_with_ansible_changes_nothing(local_cluster):
     p = local_cluster.deployer("up", "--reconfigure", timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "terraform: 0 added, 0 changed, 0 destroyed" in p.stderr
-    assert ", 0 changed on 3 node(s)" in p.stderr, p.stderr[-3000:]
+    assert ", 0 changed on all 3 node(s)" in p.stderr, p.stderr[-3000:]
     assert "no changes" in p.stderr
 
 
