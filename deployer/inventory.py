@@ -49,6 +49,10 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
         "deployer_ssh_user": cluster["ssh_user"],
         "deployer_shared_dir": cluster["shared_dir"],
         "deployer_shared_device": cluster.get("shared_device"),
+        # What the roles branch on: capabilities from the cluster output, never the provider's name.
+        "deployer_shared_storage": cluster["shared_storage"],
+        "deployer_grafana_installable": cluster["grafana_installable"],
+        "deployer_host_package_sources": cluster["host_package_sources"],
         "deployer_cluster_cidr": cluster["cluster_cidr"],
         "deployer_master_ip": cluster["nodes"][0]["private_ip"],
         "deployer_hostfile": hostfile(cluster),

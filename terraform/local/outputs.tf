@@ -10,6 +10,10 @@ output "cluster" {
     access = var.access
     # The private network, for the exports and firewall rules that name it.
     cluster_cidr = var.subnet
+    # /shared is a bind mount of a host directory (the kernel here has no NFS).
+    shared_storage = "host_bind"
+    # The nodes use this host's apt and pip sources (its local wheel folders included).
+    host_package_sources = true
     # Grafana's only package source (apt.grafana.com) is out of reach of local nodes.
     grafana_installable = false
     nodes = [

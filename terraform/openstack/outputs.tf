@@ -7,6 +7,10 @@ output "cluster" {
     shared_dir = var.shared_dir
     # Only the master has a public address; workers are reached through it.
     access = "via_master"
+    # /shared is exported by the master over NFS.
+    shared_storage = "nfs"
+    # The nodes use the public package sources.
+    host_package_sources = false
     # Grafana comes from apt.grafana.com, which cloud nodes reach.
     grafana_installable = true
     nodes = [

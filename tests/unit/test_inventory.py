@@ -17,6 +17,9 @@ LOCAL = {
     "shared_dir": "/shared",
     "access": "direct",
     "cluster_cidr": "10.77.0.0/24",
+    "shared_storage": "host_bind",
+    "grafana_installable": False,
+    "host_package_sources": True,
     "nodes": [
         {"name": "demo-master", "role": "master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10", "gpus": 0},
         {"name": "demo-worker-1", "role": "worker", "private_ip": "10.77.0.11", "public_ip": None, "gpus": 0},
@@ -31,6 +34,9 @@ CLOUD = {
     "shared_dir": "/shared",
     "access": "via_master",
     "cluster_cidr": "192.168.77.0/24",
+    "shared_storage": "nfs",
+    "grafana_installable": True,
+    "host_package_sources": False,
     "nodes": [
         {"name": "gpu-master", "role": "master", "private_ip": "192.168.77.10", "public_ip": "203.0.113.5", "gpus": 2},
         {"name": "gpu-worker-1", "role": "worker", "private_ip": "192.168.77.11", "public_ip": None, "gpus": 2},

@@ -36,7 +36,7 @@ def inventory(tmp: Path, *, gpu_hosts=("demo-worker-2",), nodes=3, ip_base="10.7
                        "node_role": "master" if i == 0 else "worker", "node_index": i,
                        "gpus": 1 if name in gpu_hosts else 0}
     inv = {"all": {
-        "vars": {"deployer_cluster_name": "demo", "deployer_provider": "local", "deployer_ssh_user": "deployer",
+        "vars": {"deployer_cluster_name": "demo", "deployer_provider": "local", "deployer_grafana_installable": False, "deployer_shared_storage": "host_bind", "deployer_host_package_sources": True, "deployer_ssh_user": "deployer",
                  "deployer_shared_dir": "/shared", "deployer_cluster_cidr": f"{ip_base}0/24",
                  "deployer_monitoring_enabled": True, "deployer_monitoring_expose": False,
                  "deployer_monitoring_allowed_cidrs": [], "deployer_monitoring_retention": "15d",
@@ -200,7 +200,7 @@ def test_grafana_config_and_generated_password(tmp_path, expose):
         ],
     }]
     ev = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-          "deployer_provider": "openstack", "deployer_monitoring_expose": expose}
+          "deployer_provider": "openstack", "deployer_grafana_installable": True, "deployer_monitoring_expose": expose}
     secret = tmp_path / "secrets" / "grafana_admin_password"
     passwords = []
     for _ in range(1 if expose else 2):  # a second run must reuse the password, not make a new one

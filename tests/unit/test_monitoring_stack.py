@@ -80,7 +80,7 @@ def wait_ready(url: str, proc: subprocess.Popen, what: str, timeout: float = 30)
 
 def render_config(tmp: Path, ports: dict[str, int], rules_dir: Path) -> Path:
     inv = {"all": {
-        "vars": {"deployer_cluster_name": "stack", "deployer_provider": "local", "deployer_monitoring_retention": "1d",
+        "vars": {"deployer_cluster_name": "stack", "deployer_provider": "local", "deployer_grafana_installable": False, "deployer_shared_storage": "host_bind", "deployer_host_package_sources": True, "deployer_monitoring_retention": "1d",
                  "deployer_repo_dir": str(REPO)},
         "hosts": {"stack-master": {"private_ip": "127.0.0.1", "node_role": "master", "node_index": 0, "gpus": 0}},
         "children": {"master": {"hosts": {"stack-master": {}}}, "workers": {"hosts": {}}, "gpu": {"hosts": {}}},

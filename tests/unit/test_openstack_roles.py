@@ -52,6 +52,9 @@ def inventory(connection: str = "ssh", **group_vars) -> dict:
             "vars": {
                 "deployer_cluster_name": "horovod",
                 "deployer_provider": "openstack",
+                "deployer_grafana_installable": True,
+                "deployer_shared_storage": "nfs",
+                "deployer_host_package_sources": False,
                 "deployer_ssh_user": "ubuntu",
                 "deployer_shared_dir": "/shared",
                 "deployer_cluster_cidr": "192.168.77.0/24",
