@@ -138,6 +138,8 @@ def parse_args(argv=None):
     p.add_argument("--image-size", type=int, default=224, help="square image side")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: cores per local rank)")
     p.add_argument("--json", action="store_true", help="rank 0 prints one JSON line with all figures")
+    p.add_argument("--progress", action="store_true",
+                   help="rank 0 prints a 'PROGRESS {json}' line after every batch (deployer bench shows them)")
     return p.parse_args(argv)
 
 
@@ -228,10 +230,16 @@ def main(argv=None) -> int:
         scaler.step(optimizer)
         scaler.update()
 
-    def timed(n: int) -> float:
+    def progress(**fields) -> None:
+        # Outside the timed work as far as it can be: one short line per batch, rank 0 only.
+        if args.progress and rank == 0:
+            print("PROGRESS " + json.dumps(fields), flush=True)
+
+    def timed(n: int, phase: str, it: int = 0) -> float:
         def run():
-            for _ in range(n):
+            for b in range(n):
                 benchmark_step()
+                progress(phase=phase, iter=it, batch=b + 1, batches=n)
             if args.cuda:
                 torch.cuda.synchronize()  # the clock stops when the GPU is done
         return timeit.timeit(run, number=1)
@@ -245,12 +253,14 @@ def main(argv=None) -> int:
     log(f"Batch size: {args.batch_size}")
     log(f"Number of {dev}s: {size}")
     log("Running warmup...")
-    timed(args.num_warmup_batches)
+    progress(phase="start", iters=args.num_iters, warmup=args.num_warmup_batches, batches=args.num_batches_per_iter)
+    timed(args.num_warmup_batches, "warmup")
     log("Running benchmark...")
     img_secs = []
     for x in range(args.num_iters):
-        img_sec = args.batch_size * args.num_batches_per_iter / timed(args.num_batches_per_iter)
+        img_sec = args.batch_size * args.num_batches_per_iter / timed(args.num_batches_per_iter, "iter", x + 1)
         log(f"Iter #{x}: {img_sec:.1f} img/sec per {dev}")
+        progress(phase="iter_done", iter=x + 1, iters=args.num_iters, img_per_sec=img_sec)
         img_secs.append(img_sec)
 
     mine = {"rank": rank, "host": hosts[rank], "local_rank": local_rank,

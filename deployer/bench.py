@@ -16,11 +16,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from deployer import bench_report, ui
+from deployer.bench_failure import diagnose, rank_nodes, untag
+from deployer.bench_progress import RunProgress
 from deployer.errors import OperationFailed, UsageError
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
@@ -30,9 +33,24 @@ _SIZE = re.compile(r"(\d+)([KMG]?)", re.IGNORECASE)
 
 
 class Runner(Protocol):
-    def run(self, cmd: str, *, timeout: float) -> tuple[int, str, str]:
-        """Run `cmd` in a bash login shell on the master as the cluster user: rc, stdout, stderr."""
+    def run(self, cmd: str, *, timeout: float, on_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
+        """Run `cmd` in a bash login shell on the master as the cluster user: rc, stdout,
+        stderr; each stdout line also goes to `on_line` as it arrives."""
         ...
+
+
+# Named sets of the sizing flags. horovod: the defaults of Horovod's synthetic benchmark,
+# comparable with its published figures (minutes per run on a GPU, about an hour for a
+# 1..3 sweep on CPU containers). quick: the whole sweep in a few minutes on CPUs.
+# standard: ResNet-50 at a size a CPU cluster finishes in tens of minutes.
+PROFILES: dict[str, dict[str, Any]] = {
+    "quick": {"model": "resnet18", "image_size": 64, "batch_size": 16, "num_warmup_batches": 3,
+              "num_batches_per_iter": 5, "num_iters": 5, "allreduce_max": "16M"},
+    "standard": {"model": "resnet50", "image_size": 128, "batch_size": 32, "num_warmup_batches": 5,
+                 "num_batches_per_iter": 10, "num_iters": 5, "allreduce_max": "64M"},
+    "horovod": {"model": "resnet50", "image_size": 224, "batch_size": 32, "num_warmup_batches": 10,
+                "num_batches_per_iter": 10, "num_iters": 10, "allreduce_max": "64M"},
+}
 
 
 @dataclass(frozen=True)
@@ -45,6 +63,9 @@ class BenchOptions:
     num_warmup_batches: int = 10
     num_batches_per_iter: int = 10
     num_iters: int = 10
+    profile: str = "horovod"
+    profile_reason: str = "--profile"
+    threads: int | None = None  # torch threads per rank; None: the benchmark's own choice
     fp16_allreduce: bool = False
     amp: bool = False
     channels_last: bool = False
@@ -84,9 +105,56 @@ def size_bytes(text: str) -> int:
     return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
 
 
-def make_options(cluster: dict[str, Any], *, nodes: str | None = None, **flags: Any) -> BenchOptions:
-    """Validate the bench flags against the cluster before anything runs (UsageError, exit 2)."""
-    opts = BenchOptions(nodes=parse_node_counts(nodes, len(cluster["nodes"])), **flags)
+def choose_profile(cluster: dict[str, Any], profile: str | None) -> tuple[str, str]:
+    """The profile to run and why: the one asked for, else by the hardware."""
+    if profile is not None:
+        if profile not in PROFILES:
+            raise UsageError(f"--profile {profile!r}: use one of {', '.join(PROFILES)}")
+        return profile, "--profile"
+    if any(int(n.get("gpus") or 0) > 0 for n in cluster["nodes"]):
+        return "horovod", "GPU nodes: Horovod's synthetic-benchmark defaults"
+    return "quick", ("CPU-only nodes: Horovod's ResNet-50 at 224 px takes about an hour here; "
+                     "`--profile horovod` runs the comparable study")
+
+
+def threads_per_rank(cluster: dict[str, Any], counts: tuple[int, ...]) -> int | None:
+    """Torch threads per rank so that the largest run does not oversubscribe the CPUs.
+
+    Nodes that share one machine's cores (the cluster output's `shared_cpus`: local
+    containers all see every host core) would each start a thread per core: N nodes,
+    N x cores threads. The same count is used at every N, so E(N) compares like with
+    like. None where every node has its own CPUs (the benchmark sizes itself).
+    """
+    shared = cluster.get("shared_cpus")
+    if not shared:
+        return None
+    ranks = sum(slots(n) for n in cluster["nodes"][: max(counts)])
+    return max(1, int(shared) // ranks)
+
+
+def cpu_sharing(cluster: dict[str, Any], opts: "BenchOptions") -> dict[str, Any] | None:
+    """For the report: nodes share cores, so E(N) cannot pass cores / (ranks x threads)."""
+    shared = cluster.get("shared_cpus")
+    if not shared or not opts.threads:
+        return None
+    ceiling = {}
+    for n in opts.nodes:
+        ranks = sum(slots(node) for node in cluster["nodes"][:n])
+        ceiling[str(n)] = round(min(1.0, int(shared) / (ranks * opts.threads)), 3)
+    return {"shared_cpus": int(shared), "threads_per_rank": opts.threads, "efficiency_ceiling": ceiling}
+
+
+def make_options(cluster: dict[str, Any], *, nodes: str | None = None, profile: str | None = None, **flags: Any) -> BenchOptions:
+    """Validate the bench flags against the cluster before anything runs (UsageError, exit 2).
+    Flags left None take the profile's value; the profile is chosen by the hardware
+    unless named."""
+    name, why = choose_profile(cluster, profile)
+    given = {k: v for k, v in flags.items() if v is not None}
+    counts = parse_node_counts(nodes, len(cluster["nodes"]))
+    merged = {**PROFILES[name], **given, "profile": name, "profile_reason": why}
+    if "threads" not in given:
+        merged["threads"] = threads_per_rank(cluster, counts)
+    opts = BenchOptions(nodes=counts, **merged)
     if opts.model not in MODELS:
         raise UsageError(f"--model {opts.model!r} is not known: use one of {', '.join(MODELS)}")
     if opts.mode not in MODES:
@@ -98,6 +166,8 @@ def make_options(cluster: dict[str, Any], *, nodes: str | None = None, **flags: 
     for name in ("num_warmup_batches", "num_batches_per_iter", "num_iters", "run_timeout_s"):
         if getattr(opts, name) < (0 if name == "num_warmup_batches" else 1):
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
+    if opts.threads is not None and opts.threads < 1:
+        raise UsageError("--threads must be at least 1")
     if opts.allreduce_backend not in ALLREDUCE_BACKENDS:
         raise UsageError(f"--allreduce-backend: use one of {', '.join(ALLREDUCE_BACKENDS)}")
     if size_bytes(opts.allreduce_min) < 4 or size_bytes(opts.allreduce_max) < size_bytes(opts.allreduce_min):
@@ -127,7 +197,8 @@ def mpirun_cmd(cluster: dict[str, Any], run_id: str, n: int, timeout_s: int, scr
     # binds to one core by default for np <= 2); -x carries the login shell's PATH
     # (the training env's python) and the socket interface to every rank; an unset
     # name is only a warning. timeout --kill-after bounds a hung rank.
-    return (f"timeout --kill-after=30 {timeout_s} mpirun{root} --hostfile {run_dir(cluster, run_id)}/hostfile.{n}"
+    # --tag-output prefixes each line with its rank, so a failure names the rank that died.
+    return (f"timeout --kill-after=30 {timeout_s} mpirun{root} --tag-output --hostfile {run_dir(cluster, run_id)}/hostfile.{n}"
             f" -np {np_} --map-by slot --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME"
             f" python {cluster['shared_dir']}/benchmarks/{script} " + " ".join(args))
 
@@ -139,7 +210,18 @@ def resnet_args(opts: BenchOptions, mode: str) -> list[str]:
     for flag in ("fp16_allreduce", "amp", "channels_last"):
         if getattr(opts, flag):
             args.append("--" + flag.replace("_", "-"))
+    if opts.threads:
+        args += ["--threads", str(opts.threads)]
     return args
+
+
+def modes_at(opts: BenchOptions, n: int, top: int) -> list[str]:
+    """The runs at N nodes: the chosen mode, and ensemble beside dp at the largest N (or
+    every N) for the communication share. At N=1 there is nothing to exchange."""
+    modes = [opts.mode]
+    if opts.mode == "dp" and (opts.ensemble_every_n or n == top) and n > 1:
+        modes.append("ensemble")
+    return modes
 
 
 def allreduce_args(opts: BenchOptions) -> list[str]:
@@ -167,7 +249,7 @@ def cleanup_cmd(cluster: dict[str, Any]) -> str:
 def parse_json_line(stdout: str, what: str) -> dict[str, Any]:
     """The last line of stdout that is a JSON object (rank 0's --json record)."""
     for line in reversed(stdout.splitlines()):
-        line = line.strip()
+        line = untag(line)[2].strip()
         if line.startswith("{"):
             try:
                 return json.loads(line)
@@ -192,44 +274,49 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     script = outdir / "commands.sh"
     script.write_text(f"# deployer bench {run_id}: the same runs, typed by hand on the master\n")
 
-    def remote(name: str, cmd: str, timeout: float, *, cleanup: bool = True) -> str:
+    def remote(name: str, cmd: str, timeout: float, *, cleanup: bool = True, on_line: Callable[[str], None] | None = None,
+               nodes: int = 0) -> str:
         with script.open("a") as f:
             f.write(cmd + "\n")
         log = outdir / f"{name}.log"
-        rc, out, err = runner.run(cmd, timeout=timeout)
+        rc, out, err = runner.run(cmd, timeout=timeout, on_line=(lambda line: on_line(untag(line)[2])) if on_line else None)
         log.write_text(f"$ {cmd}\n# exit {rc}\n{out}\n# --- stderr ---\n{err}")
         if rc != 0:
             if cleanup:
-                runner.run(cleanup_cmd(cluster), timeout=60)
-            why = "timed out" if rc in (124, 137) else f"exit {rc}"
-            last = next((ln for ln in reversed(err.splitlines()) if ln.strip()), "no error output")
-            raise OperationFailed(f"{name} failed ({why}): {last.strip()[:200]}", log=log)
+                runner.run(cleanup_cmd(cluster), timeout=60)  # leave no rank running
+            why = diagnose(rc, out, err, rank_nodes(cluster, nodes), opts.run_timeout_s)
+            raise OperationFailed(f"{name} failed: {why}", log=log)
         return out
 
     top = max(opts.nodes)
     limit = opts.run_timeout_s + 60  # the runner waits past timeout's --kill-after
-    ui.step(f"bench {run_id}: {opts.model}, batch {opts.batch_size}/rank, {opts.image_size}px, "
-            f"mode {opts.mode}, nodes {','.join(map(str, opts.nodes))}")
+    ui.step(f"bench {run_id}: profile {opts.profile}: {opts.model}, batch {opts.batch_size}/rank, {opts.image_size}px, "
+            f"mode {opts.mode}, nodes {','.join(map(str, opts.nodes))}"
+            + (f", {opts.threads} thread(s) per rank" if opts.threads else ""))
+    if opts.profile_reason != "--profile":
+        ui.info(f"  profile {opts.profile}: {opts.profile_reason}")
+    sharing = cpu_sharing(cluster, opts)
+    if sharing:
+        ui.info(f"  the nodes share this machine's {sharing['shared_cpus']} cores: {opts.threads} thread(s) per rank at every N, "
+                f"so E(N) cannot pass {', '.join(f'{v:.2f} at N={k}' for k, v in sharing['efficiency_ceiling'].items())}")
     remote("hostfiles", hostfiles_cmd(cluster, run_id, opts.nodes), 60, cleanup=False)
 
     resnet: list[tuple[int, dict[str, Any]]] = []
-    for n in opts.nodes:
-        modes = [opts.mode]
-        if opts.mode == "dp" and (opts.ensemble_every_n or n == top) and n > 1:
-            modes.append("ensemble")  # at N=1 there is nothing to exchange: dp == ensemble
-        for mode in modes:
-            ui.step(f"resnet_synthetic on {n} node(s), {mode}")
-            cmd = mpirun_cmd(cluster, run_id, n, opts.run_timeout_s, "resnet_synthetic.py", resnet_args(opts, mode))
-            res = parse_json_line(remote(f"resnet-{mode}-{n}", cmd, limit), f"resnet_synthetic ({mode}, {n} nodes)")
-            resnet.append((n, res))
-            ui.ok(f"{n} node(s) {mode}: {res['img_per_sec']:.1f} img/s total, "
-                  f"{res['img_per_sec_per_rank']:.1f} per rank")
+    runs = [(n, mode) for n in opts.nodes for mode in modes_at(opts, n, top)]
+    for i, (n, mode) in enumerate(runs, 1):
+        ui.step(f"resnet_synthetic on {n} node(s), {mode} (run {i}/{len(runs)})")
+        cmd = mpirun_cmd(cluster, run_id, n, opts.run_timeout_s, "resnet_synthetic.py", resnet_args(opts, mode) + ["--progress"])
+        with RunProgress(f"{n} node(s) {mode}") as progress:
+            out = remote(f"resnet-{mode}-{n}", cmd, limit, on_line=progress, nodes=n)
+        res = parse_json_line(out, f"resnet_synthetic ({mode}, {n} nodes)")
+        resnet.append((n, res))
+        ui.ok(f"{n} node(s) {mode}: {res['img_per_sec']:.1f} img/s total, {res['img_per_sec_per_rank']:.1f} per rank")
 
     allreduce: list[tuple[int, dict[str, Any]]] = []
     if top >= 2:
         ui.step(f"all-reduce sweep on {top} nodes ({opts.allreduce_min}..{opts.allreduce_max})")
         cmd = mpirun_cmd(cluster, run_id, top, opts.run_timeout_s, "allreduce.py", allreduce_args(opts))
-        ar = parse_json_line(remote(f"allreduce-{top}", cmd, limit), "allreduce")
+        ar = parse_json_line(remote(f"allreduce-{top}", cmd, limit, nodes=top), "allreduce")
         allreduce.append((top, ar))
         ui.ok(f"all-reduce: avg busbw {ar['avg_busbw_gb_s']:.3f} GB/s, "
               f"max {max(r['busbw_gb_s'] for r in ar['rows']):.3f} GB/s, {ar['wrong']} wrong")
@@ -260,6 +347,7 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
         "gpus_per_node": [int(n.get("gpus") or 0) for n in cluster["nodes"]],
         "node_counts": list(opts.nodes),
         "flags": asdict(opts),
+        "cpu_sharing": sharing,
     }
     report = bench_report.aggregate(run_id, resnet, allreduce, link, versions, mode=opts.mode,
                                     link_bidir_gbit_s=bidir)

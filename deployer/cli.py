@@ -185,17 +185,19 @@ def _spec_of(st):
 @app.command()
 def bench(
     nodes: Annotated[str | None, typer.Option("--nodes", "-N", help="node counts to sweep, e.g. 1,2,4,8 (default: powers of 2 up to the cluster size)")] = None,
-    model: Annotated[str, typer.Option(help="resnet18|34|50|101|152")] = "resnet50",
-    batch_size: Annotated[int, typer.Option("--batch-size", help="images per rank per step (fixed across N)")] = 32,
-    image_size: Annotated[int, typer.Option("--image-size", help="synthetic image side in pixels")] = 224,
+    profile: Annotated[str | None, typer.Option("--profile", help="quick | standard | horovod (default: horovod on GPU nodes, quick on CPU-only nodes); the flags below override it")] = None,
+    model: Annotated[str | None, typer.Option(help="resnet18|34|50|101|152 (default: the profile's)")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", help="images per rank per step (fixed across N)")] = None,
+    image_size: Annotated[int | None, typer.Option("--image-size", help="synthetic image side in pixels")] = None,
     mode: Annotated[str, typer.Option(help="dp (data-parallel, DDP) or ensemble (no gradient exchange)")] = "dp",
-    num_iters: Annotated[int, typer.Option("--num-iters", help="timed iterations")] = 10,
-    num_batches_per_iter: Annotated[int, typer.Option("--num-batches-per-iter")] = 10,
-    num_warmup_batches: Annotated[int, typer.Option("--num-warmup-batches")] = 10,
+    num_iters: Annotated[int | None, typer.Option("--num-iters", help="timed iterations")] = None,
+    num_batches_per_iter: Annotated[int | None, typer.Option("--num-batches-per-iter")] = None,
+    num_warmup_batches: Annotated[int | None, typer.Option("--num-warmup-batches")] = None,
+    threads: Annotated[int | None, typer.Option("--threads", help="torch threads per rank (default: sized so nodes sharing cores are not oversubscribed)")] = None,
     amp: Annotated[bool, typer.Option("--amp", help="mixed precision (GPU)")] = False,
     channels_last: Annotated[bool, typer.Option("--channels-last")] = False,
     fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce")] = False,
-    allreduce_max: Annotated[str, typer.Option("--allreduce-max", help="largest all-reduce message, e.g. 64M")] = "64M",
+    allreduce_max: Annotated[str | None, typer.Option("--allreduce-max", help="largest all-reduce message, e.g. 64M")] = None,
     timeout: Annotated[int, typer.Option("--timeout", help="seconds one benchmark run may take before it is killed")] = 1800,
     name: NameOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
@@ -211,10 +213,10 @@ def bench(
     st = _state(name, state_dir)
     cluster = _up_cluster(st)
     opts = bench_mod.make_options(
-        cluster, nodes=nodes, model=model, batch_size=batch_size, image_size=image_size, mode=mode,
+        cluster, nodes=nodes, profile=profile, model=model, batch_size=batch_size, image_size=image_size, mode=mode,
         num_iters=num_iters, num_batches_per_iter=num_batches_per_iter, num_warmup_batches=num_warmup_batches,
-        amp=amp, channels_last=channels_last, fp16_allreduce=fp16_allreduce, allreduce_max=allreduce_max,
-        run_timeout_s=timeout,
+        threads=threads, amp=amp, channels_last=channels_last, fp16_allreduce=fp16_allreduce,
+        allreduce_max=allreduce_max, run_timeout_s=timeout,
     )
     runner = MasterRunner(st, cluster)
     with st.lock("bench"):

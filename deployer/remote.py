@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import threading
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,16 +27,46 @@ def login_shell(cmd: str) -> str:
     return "bash -lc " + shlex.quote(cmd)
 
 
+def stream(argv: Sequence[str], *, timeout: float, on_line: Callable[[str], None] | None = None,
+           env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run argv; hand each stdout line to `on_line` as it comes; (rc, stdout, stderr).
+    Past `timeout` the process is killed and rc is 124, as timeout(1) reports it."""
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, env=env, bufsize=1)
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read() if proc.stderr else ""), daemon=True)
+    reader.start()
+    expired = threading.Event()
+
+    def kill() -> None:
+        expired.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout, kill)
+    timer.start()
+    out: list[str] = []
+    try:
+        for line in proc.stdout or []:
+            out.append(line)
+            if on_line:
+                on_line(line.rstrip("\n"))
+        proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:  # interrupted while reading: leave no child behind
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=5)
+    if expired.is_set():
+        return 124, "".join(out), f"timed out after {timeout:.0f}s"
+    return proc.returncode, "".join(out), "".join(err)
+
+
 class MasterRunner:
     """Runs one shell command on the master as the cluster user (deployer.bench's Runner)."""
 
     def __init__(self, state: "ClusterState", cluster: dict[str, Any]):
         self.argv = ssh_argv(state, cluster, cluster["nodes"][0])
 
-    def run(self, cmd: str, *, timeout: float) -> tuple[int, str, str]:
-        try:
-            p = subprocess.run([*self.argv, login_shell(cmd)], text=True, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            return 124, out, f"timed out after {timeout:.0f}s"
-        return p.returncode, p.stdout, p.stderr
+    def run(self, cmd: str, *, timeout: float, on_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
+        return stream([*self.argv, login_shell(cmd)], timeout=timeout, on_line=on_line)

@@ -162,6 +162,7 @@ class LocalProvider:
             "boot_dir": str(state.boot_dir),
             "access": spec.local.access,
             "memory_mb": spec.local.memory_mb,
+            "host_cpus": len(os.sched_getaffinity(0)),
             # The driver runs with this interpreter and this package, wherever it is installed.
             "driver": [sys.executable, "-m", "deployer.providers.lxc"],
         }

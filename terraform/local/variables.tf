@@ -68,6 +68,17 @@ variable "memory_mb" {
   default     = 2048
 }
 
+variable "host_cpus" {
+  type        = number
+  description = "CPUs of this machine, which every node container shares (the benchmarks size their threads by it)."
+  default     = 1
+
+  validation {
+    condition     = var.host_cpus >= 1
+    error_message = "host_cpus must be at least 1."
+  }
+}
+
 variable "driver" {
   type        = list(string)
   description = "Command that runs the deployer's LXC node driver (python -m deployer.providers.lxc)."

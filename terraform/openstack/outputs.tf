@@ -9,6 +9,8 @@ output "cluster" {
     access = "via_master"
     # /shared is exported by the master over NFS.
     shared_storage = "nfs"
+    # Each VM has its own vCPUs.
+    shared_cpus = null
     # The nodes use the public package sources.
     host_package_sources = false
     # Grafana comes from apt.grafana.com, which cloud nodes reach.

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +49,15 @@ def test_reproducibility_record(live_cluster):
     assert v["flags"]["model"] == "resnet18" and v["flags"]["image_size"] == 32
 
 
+def test_the_report_says_how_nodes_share_cores(live_cluster):
+    v = live_cluster.bench["versions"]
+    assert v["flags"]["profile"] in ("quick", "horovod", "standard")
+    sharing = v["cpu_sharing"]  # containers on one machine share its cores
+    assert sharing["shared_cpus"] >= 1 and sharing["threads_per_rank"] >= 1
+    assert set(sharing["efficiency_ceiling"]) == {"1", "2"}
+    assert "thread(s) per rank" in live_cluster.bench_stderr
+
+
 def test_results_pushed_to_pushgateway(live_cluster):
     assert "pushed to the Pushgateway" in live_cluster.bench_stderr
 
@@ -69,3 +81,35 @@ def test_same_run_typed_by_hand_on_the_master(live_cluster):
     p = live_cluster.cluster.deployer("ssh", "--", cmd, timeout=600)
     assert p.returncode == 0, p.stderr
     assert "# Out of bounds values : 0 OK" in p.stdout and "# Avg bus bandwidth" in p.stdout
+
+
+def _ranks_on(node: str) -> str:
+    p = subprocess.run(["lxc-attach", "-n", node, "--", "pgrep", "-f", "[r]esnet_synthetic"], capture_output=True, text=True)
+    return p.stdout.strip()
+
+
+def test_a_rank_killed_mid_run_is_named_and_nothing_is_left(live_cluster):
+    c = live_cluster.cluster
+    worker = f"{c.name}-worker-1"
+    args = ["bench", "--nodes", "2", "--model", "resnet18", "--image-size", "64", "--num-iters", "200"]
+    proc = subprocess.Popen([sys.executable, "-m", "deployer", *args], cwd=c.workdir, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while not _ranks_on(worker):
+            assert time.monotonic() < deadline and proc.poll() is None, "rank 1 never started"
+            time.sleep(1)
+        time.sleep(5)  # into the run
+        subprocess.run(["lxc-attach", "-n", worker, "--", "pkill", "-9", "-f", "[r]esnet_synthetic"], check=True)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(f"killed rank -> deployer bench exit: {took:.1f}s")  # for the closing note
+    assert proc.returncode == 1, err[-2000:]
+    assert f"rank 1 on {worker} was killed by signal 9 (Killed)" in err, err[-2000:]
+    assert took < 30
+    for node in ("master", "worker-1", "worker-2"):
+        assert not _ranks_on(f"{c.name}-{node}"), f"{node} still runs a rank"

@@ -124,3 +124,44 @@ def test_parse_iperf_bidir_takes_the_slower_direction():
                               "sum_received_bidir_reverse": {"bits_per_second": 6e9}}})
     assert bench.parse_iperf(out) == pytest.approx(6.0)
     assert bench.iperf_cmd("10.0.0.2", bidir=True).endswith("-J -t 3 --bidir")
+
+
+# ---- profiles and threads -------------------------------------------------------------------
+
+
+def test_cpu_only_clusters_get_the_quick_profile_and_are_told_why():
+    o = bench.make_options(cluster(3), nodes=None)
+    assert o.profile == "quick" and (o.model, o.image_size, o.batch_size) == ("resnet18", 64, 16)
+    assert "--profile horovod" in o.profile_reason
+
+
+def test_gpu_clusters_keep_horovods_defaults():
+    o = bench.make_options(cluster(2, gpus=4), nodes=None)
+    assert o.profile == "horovod" and (o.model, o.image_size, o.batch_size, o.num_iters) == ("resnet50", 224, 32, 10)
+
+
+def test_flags_override_the_profile():
+    o = bench.make_options(cluster(3), nodes="1", profile="horovod", model="resnet18", num_iters=2)
+    assert (o.profile, o.model, o.image_size, o.num_iters) == ("horovod", "resnet18", 224, 2)
+
+
+def test_unknown_profile_names_the_choices():
+    with pytest.raises(UsageError, match="quick, standard, horovod"):
+        bench.make_options(cluster(3), nodes="1", profile="fast")
+
+
+def test_threads_per_rank_for_nodes_sharing_cores():
+    shared = {**cluster(3), "shared_cpus": 2}
+    o = bench.make_options(shared, nodes="1,2,3")
+    assert o.threads == 1  # 3 ranks on 2 cores: one thread each, at every N
+    assert bench.resnet_args(o, "dp")[-2:] == ["--threads", "1"]
+    assert bench.cpu_sharing(shared, o) == {"shared_cpus": 2, "threads_per_rank": 1,
+                                            "efficiency_ceiling": {"1": 1.0, "2": 1.0, "3": 0.667}}
+    big = {**cluster(3), "shared_cpus": 16}
+    assert bench.make_options(big, nodes="1,2").threads == 8
+    assert bench.make_options(big, nodes="1,2", threads=3).threads == 3  # asked for
+    # Nodes with their own CPUs: the benchmark sizes itself, nothing to report.
+    o = bench.make_options(cluster(3), nodes="1,2")
+    assert o.threads is None and "--threads" not in bench.resnet_args(o, "dp") and bench.cpu_sharing(cluster(3), o) is None
+    with pytest.raises(UsageError, match="--threads"):
+        bench.make_options(cluster(3), nodes="1", threads=0)

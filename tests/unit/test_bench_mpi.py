@@ -149,10 +149,12 @@ class LocalRunner:
         self.env.pop("OMPI_MCA_rmaps_base_oversubscribe")
         self.commands: list[str] = []
 
-    def run(self, cmd: str, *, timeout: float) -> tuple[int, str, str]:
+    def run(self, cmd: str, *, timeout: float, on_line=None) -> tuple[int, str, str]:
+        # The streaming the SSH runner uses (deployer.remote.stream), with bash for ssh.
+        from deployer.remote import stream
+
         self.commands.append(cmd)
-        p = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, check=False, timeout=timeout, env=self.env)
-        return p.returncode, p.stdout, p.stderr
+        return stream(["bash", "-c", cmd], timeout=timeout, on_line=on_line, env=self.env)
 
 
 @pytest.fixture
