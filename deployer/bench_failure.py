@@ -13,6 +13,9 @@ import re
 from typing import Any
 
 TAG = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>:\s?(.*)$")
+# Open MPI forwards a rank's output in chunks and tags every chunk: a long line (a JSON
+# record) can carry a second tag where a chunk ended, in the middle of the line.
+ANY_TAG = re.compile(r"\[\d+,\d+\]<(?:stdout|stderr)>:")
 SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]+)\))?")
 EXITED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)", re.S)
 TIMEOUT_RCS = (124, 137)  # timeout(1): 124, or 137 when it had to SIGKILL (--kill-after)
@@ -21,7 +24,7 @@ TIMEOUT_RCS = (124, 137)  # timeout(1): 124, or 137 when it had to SIGKILL (--ki
 def untag(line: str) -> tuple[int | None, str | None, str]:
     """(rank, stream, text) of one line; (None, None, line) for a line no rank printed."""
     m = TAG.match(line)
-    return (int(m.group(1)), m.group(2), m.group(3)) if m else (None, None, line)
+    return (int(m.group(1)), m.group(2), ANY_TAG.sub("", m.group(3))) if m else (None, None, line)
 
 
 def rank_output(text: str, rank: int, stream: str) -> list[str]:

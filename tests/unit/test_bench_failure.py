@@ -22,6 +22,9 @@ def test_untag():
     assert untag("[1,3]<stderr>:ValueError: x") == (3, "stderr", "ValueError: x")
     assert untag('[1,0]<stdout>:{"a": 1}') == (0, "stdout", '{"a": 1}')
     assert untag("mpirun noticed ...") == (None, None, "mpirun noticed ...")
+    # A long line forwarded in two chunks, each tagged (recorded from allreduce.py's JSON).
+    split = '[1,0]<stdout>:{"rows": [{"algbw_gb_s": 0.68, "b[1,0]<stdout>:usbw_gb_s": 0.91}]}'
+    assert untag(split) == (0, "stdout", '{"rows": [{"algbw_gb_s": 0.68, "busbw_gb_s": 0.91}]}')
 
 
 def test_a_rank_killed_by_a_signal_is_named_with_its_node():
