@@ -60,7 +60,9 @@ def bare_loop(model_name: str, batch: int, size: int, warmup: int, batches: int,
 def harness(model_name: str, batch: int, size: int, warmup: int, batches: int, iters: int, threads: int) -> float:
     cmd = ["mpirun", "-np", "1", "--bind-to", "none", sys.executable, str(BENCH / "resnet_synthetic.py"), "--json",
            "--model", model_name, "--batch-size", str(batch), "--image-size", str(size), "--threads", str(threads),
-           "--num-warmup-batches", str(warmup), "--num-batches-per-iter", str(batches), "--num-iters", str(iters)]
+           "--num-warmup-batches", str(warmup), "--num-batches-per-iter", str(batches), "--num-iters", str(iters),
+           # as `deployer bench` runs it: with a progress line per batch
+           "--progress"]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     out = subprocess.run(cmd, text=True, capture_output=True, check=True, env=env).stdout
     return json.loads(next(line for line in out.splitlines() if line.startswith("{")))["img_per_sec"]
