@@ -76,6 +76,28 @@ def _run_mode(result: Mapping[str, Any]) -> tuple[str, str]:
     return _label(model), _label(mode)
 
 
+def _info_labels(versions: Mapping[str, Any]) -> dict[str, str]:
+    """deployer_bench_info's labels: the record's scalar fields, and from what the bench
+    nests (deployer/bench.py) the benchmark's software versions (torch, MPI, NCCL, CUDA,
+    driver...), the all-reduce backend as allreduce_*, and the profile and threads."""
+    flat: dict[str, Any] = {k: v for k, v in versions.items() if not isinstance(v, Mapping)}
+    for key, value in (versions.get("benchmark") or {}).items():
+        flat.setdefault(key, value)
+    for key, value in (versions.get("allreduce") or {}).items():
+        flat.setdefault(f"allreduce_{key}", value)
+    for key in ("profile", "threads"):
+        if (versions.get("flags") or {}).get(key) is not None:
+            flat.setdefault(key, versions["flags"][key])
+    labels: dict[str, str] = {}
+    for key, value in flat.items():
+        name = _LABEL_NAME.sub("_", str(key))
+        if not name or name[0].isdigit() or name.startswith("__") or name in _RESERVED:
+            name = f"v_{name.lstrip('_')}"
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            labels[name] = _label(value)
+    return labels
+
+
 def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> CollectorRegistry:
     """The gauges of one benchmark run, in a registry of their own (ready to push).
 
@@ -139,13 +161,7 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
         registry=reg,
     ).labels(run_model, run_mode).set(stamp)
 
-    info_labels: dict[str, str] = {}
-    for key, value in versions.items():
-        name = _LABEL_NAME.sub("_", str(key))
-        if not name or name[0].isdigit() or name.startswith("__") or name in _RESERVED:
-            name = f"v_{name.lstrip('_')}"
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            info_labels[name] = _label(value)
+    info_labels = _info_labels(versions)
     if info_labels:
         names = sorted(info_labels)
         Gauge(PREFIX + "info", "Software versions of the benchmark run (value 1)", names, registry=reg).labels(

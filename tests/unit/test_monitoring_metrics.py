@@ -85,6 +85,23 @@ def test_version_keys_become_valid_label_names():
     assert labels == {"nccl_version": "2.18", "v_job": "x", "v_2x": "y"}
 
 
+def test_info_carries_the_versions_of_a_report_the_bench_wrote():
+    # tests/fixtures/bench/results_local_3node.json: results.json of the default
+    # `deployer bench --nodes 1,2,3` on a local 3-node cluster (scripts/bench_default_sweep.py
+    # runs it first; copy that run's results.json here to record a new one).
+    import json
+    from pathlib import Path
+
+    report = json.loads((Path(__file__).resolve().parents[1] / "fixtures/bench/results_local_3node.json").read_text())
+    got = samples(metrics.bench_registry(report))
+    (labels,) = [dict(lb) for n, lb in got if n == "deployer_bench_info"]
+    assert labels["torch"] == "2.13.0+cpu" and labels["mpi"].startswith("Open MPI v4.1")
+    assert labels["mpi4py"] == "4.1.2" and labels["python"] == "3.11.2"
+    assert labels["allreduce_library"] == "gloo" and labels["provider"] == "local"
+    assert labels["profile"] == "quick" and labels["threads"] == "1"
+    assert ("deployer_bench_img_per_sec", (("mode", "dp"), ("model", "resnet18"), ("nodes", "3"))) in got
+
+
 def test_run_id_is_required():
     with pytest.raises(ValueError):
         metrics.bench_registry({"results": []})
