@@ -35,6 +35,7 @@ import sys
 import time
 
 import numpy as np
+from bench_common import mpi_library, rendezvous
 from mpi4py import MPI
 
 
@@ -76,32 +77,6 @@ def sizes(lo: int, hi: int, factor: int) -> list[int]:
 def bandwidths(nbytes: int, sec: float, nranks: int) -> tuple[float, float]:
     algbw = nbytes / 1e9 / sec
     return algbw, algbw * 2 * (nranks - 1) / nranks  # 0 for one rank, as nccl-tests
-
-
-def rendezvous(comm) -> tuple[str, int]:
-    """Rank 0's address and a free port, broadcast; MASTER_ADDR/MASTER_PORT win."""
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if comm.rank == 0:
-        hosts = comm.gather(socket.gethostname())
-        if not addr:
-            ifname = (os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME") or "").split(",")[0]
-            addr = ("127.0.0.1" if len(set(hosts)) == 1 else
-                    iface_ip(ifname) if ifname else socket.gethostbyname(socket.gethostname()))
-        if not port:
-            with socket.socket() as s:
-                s.bind(("", 0))
-                port = s.getsockname()[1]
-    else:
-        comm.gather(socket.gethostname())
-    addr, port = comm.bcast((addr, port))
-    return addr, int(port)
-
-
-def iface_ip(name: str) -> str:
-    import fcntl
-    import struct
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # SIOCGIFADDR
-        return socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))[20:24])
 
 
 class MpiOp:
@@ -161,7 +136,7 @@ def torch_group(comm, args):
     device = torch.device("cuda", local.rank % max(1, torch.cuda.device_count())) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    addr, port = rendezvous(comm)
+    addr, port = rendezvous(comm, comm.allgather(socket.gethostname()))
     timeout = datetime.timedelta(minutes=10)
     store = dist.TCPStore(addr, port, comm.size, comm.rank == 0, timeout=timeout)
     if cuda:
@@ -181,7 +156,7 @@ def torch_group(comm, args):
 def versions(comm, backend: str, lib: str) -> dict:
     v = {"python": platform.python_version(), "numpy": np.__version__,
          "mpi4py": __import__("mpi4py").__version__,
-         "mpi": MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0], "backend": backend, "library": lib}
+         "mpi": mpi_library(), "backend": backend, "library": lib}
     if backend == "torch":
         import torch
         v["torch"] = torch.__version__

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from bench_common import mpi_library, rendezvous
 from mpi4py import MPI
 from torch import nn, optim
 
@@ -143,33 +144,10 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def iface_ip(name: str) -> str:
-    import fcntl
-    import struct
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # SIOCGIFADDR
-        return socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))[20:24])
-
-
-def rendezvous(comm, hosts: list[str]) -> tuple[str, int]:
-    """Rank 0's address and a free port, broadcast; MASTER_ADDR/MASTER_PORT win."""
-    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if comm.rank == 0:
-        ifname = (os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME") or "").split(",")[0]
-        if not addr:  # why not gethostbyname alone: Debian maps the hostname to 127.0.1.1
-            addr = ("127.0.0.1" if len(set(hosts)) == 1 else
-                    iface_ip(ifname) if ifname else socket.gethostbyname(socket.gethostname()))
-        if not port:
-            with socket.socket() as s:
-                s.bind(("", 0))
-                port = s.getsockname()[1]
-    addr, port = comm.bcast((addr, port))
-    return addr, int(port)
-
-
 def versions(cuda: bool, hosts: list[str], impl: str) -> dict:
     v = {"python": platform.python_version(), "torch": torch.__version__, "model_impl": impl,
          "torchvision": getattr(sys.modules.get("torchvision"), "__version__", None) if tv_models else None,
-         "mpi4py": __import__("mpi4py").__version__, "mpi": MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0],
+         "mpi4py": __import__("mpi4py").__version__, "mpi": mpi_library(),
          "hosts": sorted(set(hosts)), "world_size": len(hosts)}
     if cuda:
         v.update(cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),

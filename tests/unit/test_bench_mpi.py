@@ -161,7 +161,7 @@ class LocalRunner:
 def fake_cluster(tmp_path):
     shared = tmp_path / "shared"
     (shared / "benchmarks").mkdir(parents=True)
-    for f in ("resnet_synthetic.py", "allreduce.py"):
+    for f in ("resnet_synthetic.py", "allreduce.py", "bench_common.py"):
         shutil.copy(BENCH / f, shared / "benchmarks" / f)
     (shared / "hostfile").write_text("127.0.0.1 slots=1\n127.0.0.2 slots=1\n")
     bin_dir = tmp_path / "bin"

@@ -1,0 +1,44 @@
+"""What both benchmark scripts need and must do the same way: where rank 0 listens for
+torch.distributed's rendezvous, and the MPI library's name for the version record.
+
+Imported by resnet_synthetic.py and allreduce.py from their own directory, so each
+stays runnable by hand: `mpirun ... python /shared/benchmarks/<script>.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+
+def iface_ip(name: str) -> str:
+    """The IPv4 address of interface `name` (SIOCGIFADDR)."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        return socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))[20:24])
+
+
+def rendezvous(comm, hosts: list[str]) -> tuple[str, int]:
+    """Rank 0's address and a free port, broadcast to every rank; MASTER_ADDR and
+    MASTER_PORT win. `hosts`: every rank's hostname (allgather)."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if comm.rank == 0:
+        ifname = (os.environ.get("GLOO_SOCKET_IFNAME") or os.environ.get("NCCL_SOCKET_IFNAME") or "").split(",")[0]
+        if not addr:  # why not gethostbyname alone: Debian maps the hostname to 127.0.1.1
+            addr = ("127.0.0.1" if len(set(hosts)) == 1 else
+                    iface_ip(ifname) if ifname else socket.gethostbyname(socket.gethostname()))
+        if not port:
+            with socket.socket() as s:
+                s.bind(("", 0))
+                port = s.getsockname()[1]
+    addr, port = comm.bcast((addr, port))
+    return addr, int(port)
+
+
+def mpi_library() -> str:
+    """The MPI library's own first line (e.g. "Open MPI v4.1.4, ...")."""
+    from mpi4py import MPI
+
+    return MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]
