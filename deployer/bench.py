@@ -9,6 +9,8 @@ results, so each run can be repeated by hand on the master. Order:
      (or at every N with ensemble_every_n) for the communication share
   3. allreduce.py at the largest N (when it is >= 2)
   4. iperf3 master -> first worker, one way and --bidir: the rates busbw is read against
+  5. with --net: iperf3 between every pair of nodes (a ring beyond 8 nodes), one at a
+     time, for the matrix and the slowest link
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class BenchOptions:
     amp: bool = False
     channels_last: bool = False
     ensemble_every_n: bool = False
+    net: bool = False  # iperf3 between every pair of nodes
     allreduce_min: str = "1K"
     allreduce_max: str = "64M"
     allreduce_backend: str = "auto"
@@ -258,6 +261,24 @@ def parse_json_line(stdout: str, what: str) -> dict[str, Any]:
     raise OperationFailed(f"{what} printed no JSON result line")
 
 
+ALL_PAIRS_UP_TO = 8  # n(n-1)/2 pairs: 28 at 8 nodes, about 2 minutes; a ring beyond
+
+
+def net_pairs(cluster: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(src, dst) node pairs to measure: every pair up to 8 nodes, else a ring."""
+    nodes = cluster["nodes"]
+    if len(nodes) <= ALL_PAIRS_UP_TO:
+        return [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:]]
+    return [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
+
+
+def pair_cmd(src_ip: str, dst_ip: str) -> str:
+    """iperf3 from src to dst, typed on the master: a one-shot server on dst, the client on src."""
+    src, dst = shlex.quote(src_ip), shlex.quote(dst_ip)
+    return (f"ssh -o BatchMode=yes {dst} iperf3 -s -1 -D && sleep 1 && "
+            f"ssh -o BatchMode=yes {src} timeout 30 iperf3 -c {dst} -J -t 2")
+
+
 def parse_iperf(stdout: str) -> float:
     """Gbit/s received, from iperf3 -J; with --bidir the slower of the two directions."""
     end = json.loads(stdout[stdout.index("{"):])["end"]
@@ -339,6 +360,25 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
             ui.ok(f"link {link:.2f} Gbit/s = {bench_report.gbit_to_gbyte(link):.3f} GB/s one way"
                   + (f", {bidir:.2f} Gbit/s each way with --bidir" if bidir else ""))
 
+    network = None
+    if opts.net and len(cluster["nodes"]) > 1:
+        pairs = net_pairs(cluster)
+        ui.step(f"iperf3 between {'every pair of nodes' if len(cluster['nodes']) <= ALL_PAIRS_UP_TO else 'neighbours in a ring'} "
+                f"({len(pairs)} pair(s), one at a time)")
+        measured = []
+        for i, (a, b) in enumerate(pairs, 1):
+            try:
+                rate = parse_iperf(remote(f"net-{a['name']}-{b['name']}", pair_cmd(a["private_ip"], b["private_ip"]), 60, cleanup=False))
+                ui.info(f"  [{i}/{len(pairs)}] {a['name']} -> {b['name']}: {rate:.2f} Gbit/s")
+            except (OperationFailed, ValueError, KeyError) as e:
+                rate = None
+                ui.warn(f"{a['name']} -> {b['name']}: no rate ({e})")
+            measured.append({"src": a["name"], "dst": b["name"], "gbit_s": rate})
+        network = bench_report.network_summary(measured)
+        if network["slowest"]:
+            ui.ok(f"slowest link {network['slowest']['src']} -> {network['slowest']['dst']}: "
+                  f"{network['slowest']['gbit_s']:.2f} Gbit/s (median {network['median_gbit_s']:.2f})")
+
     versions = {
         "benchmark": resnet[0][1].get("versions", {}) if resnet else {},
         "allreduce": allreduce[0][1].get("versions", {}) if allreduce else None,
@@ -350,7 +390,7 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
         "cpu_sharing": sharing,
     }
     report = bench_report.aggregate(run_id, resnet, allreduce, link, versions, mode=opts.mode,
-                                    link_bidir_gbit_s=bidir)
+                                    link_bidir_gbit_s=bidir, network=network)
     bench_report.write_files(report, outdir)
     ui.ok(f"results in {outdir}")
     return report

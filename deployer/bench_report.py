@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ def aggregate(
     versions: dict[str, Any] | None = None,
     mode: str = "dp",
     link_bidir_gbit_s: float | None = None,
+    network: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the --json record from (nodes, benchmark JSON) pairs.
 
@@ -110,9 +112,19 @@ def aggregate(
         "allreduce": ar_rows,
         "link": None if link_gbit_s is None else {"tool": "iperf3", "gbit_s": link_gbit_s,
                                                   "bidir_gbit_s": link_bidir_gbit_s},
+        "network": network,
         "files": {"json": None, "csv": None, "plots": []},
         "versions": versions or {},
     }
+
+
+def network_summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pairwise iperf3 rates, with the slowest pair and the median: one slow link
+    holds every ring all-reduce back, so it is the first thing to look at."""
+    rated = [p for p in pairs if p.get("gbit_s") is not None]
+    slowest = min(rated, key=lambda p: p["gbit_s"]) if rated else None
+    median = statistics.median(p["gbit_s"] for p in rated) if rated else None
+    return {"tool": "iperf3", "pairs": pairs, "slowest": slowest, "median_gbit_s": median}
 
 
 CSV_FIELDS = [
@@ -191,7 +203,39 @@ def plot(report: dict[str, Any], outdir: Path) -> list[Path]:
         paths.append(outdir / "busbw.png")
         fig.savefig(paths[-1], dpi=100)
         plt.close(fig)
+    net = report.get("network")
+    if net and net["pairs"]:
+        paths.append(_plot_network(plt, net, report["run_id"], outdir / "network.png"))
     return paths
+
+
+def _plot_network(plt: Any, net: dict[str, Any], run_id: str, path: Path) -> Path:
+    """The pairwise rates as a matrix (sender rows, receiver columns), values written in."""
+    import math
+
+    names = sorted({p["src"] for p in net["pairs"]} | {p["dst"] for p in net["pairs"]},
+                   key=lambda n: (not n.endswith("-master"), int(n.rsplit("-", 1)[-1]) if n.rsplit("-", 1)[-1].isdigit() else 0))
+    idx = {n: i for i, n in enumerate(names)}
+    grid = [[math.nan] * len(names) for _ in names]
+    for p in net["pairs"]:
+        if p["gbit_s"] is not None:
+            grid[idx[p["src"]]][idx[p["dst"]]] = p["gbit_s"]
+    fig, ax = plt.subplots(figsize=(1.2 * len(names) + 2.5, 1.0 * len(names) + 1.5))
+    im = ax.imshow(grid, cmap="viridis")
+    short = [n.split("-", 1)[-1] for n in names]
+    ax.set_xticks(range(len(names)), short, rotation=45, ha="right")
+    ax.set_yticks(range(len(names)), short)
+    ax.set_xlabel("receiver")
+    ax.set_ylabel("sender")
+    for p in net["pairs"]:
+        if p["gbit_s"] is not None:
+            ax.text(idx[p["dst"]], idx[p["src"]], f"{p['gbit_s']:.1f}", ha="center", va="center", color="white")
+    fig.colorbar(im, ax=ax, label="Gbit/s (iperf3)")
+    ax.set_title(f"node to node — {run_id}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def _num(x: float | None, fmt: str) -> str:
@@ -207,6 +251,18 @@ def results_table(report: dict[str, Any]) -> Table:
         t.add_row(str(r["nodes"]), str(r["ranks"]), _num(r["img_per_sec"], ".1f"),
                   _num(r["img_per_sec_per_rank"], ".1f"), _num(r["efficiency"], ".1%"),
                   _num(r.get("ensemble_img_per_sec"), ".1f"), _num(r.get("comm_share"), ".1%"))
+    return t
+
+
+def network_table(report: dict[str, Any]) -> Table:
+    """Pairwise iperf3 rates, slowest first."""
+    net = report["network"]
+    t = Table(title=f"node to node (iperf3; median {_num(net['median_gbit_s'], '.2f')} Gbit/s)")
+    for col, justify in (("sender", "left"), ("receiver", "left"), ("Gbit/s", "right"), ("of median", "right")):
+        t.add_column(col, justify=justify)
+    med = net.get("median_gbit_s")
+    for p in sorted(net["pairs"], key=lambda p: (p["gbit_s"] is not None, p["gbit_s"] or 0)):
+        t.add_row(p["src"], p["dst"], _num(p["gbit_s"], ".2f"), _num(p["gbit_s"] / med if p["gbit_s"] is not None and med else None, ".0%"))
     return t
 
 

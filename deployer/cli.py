@@ -198,6 +198,7 @@ def bench(
     channels_last: Annotated[bool, typer.Option("--channels-last")] = False,
     fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce")] = False,
     allreduce_max: Annotated[str | None, typer.Option("--allreduce-max", help="largest all-reduce message, e.g. 64M")] = None,
+    net: Annotated[bool, typer.Option("--net", help="also iperf3 between every pair of nodes (a ring beyond 8): matrix, plot, slowest link")] = False,
     timeout: Annotated[int, typer.Option("--timeout", help="seconds one benchmark run may take before it is killed")] = 1800,
     name: NameOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
@@ -216,7 +217,7 @@ def bench(
         cluster, nodes=nodes, profile=profile, model=model, batch_size=batch_size, image_size=image_size, mode=mode,
         num_iters=num_iters, num_batches_per_iter=num_batches_per_iter, num_warmup_batches=num_warmup_batches,
         threads=threads, amp=amp, channels_last=channels_last, fp16_allreduce=fp16_allreduce,
-        allreduce_max=allreduce_max, run_timeout_s=timeout,
+        allreduce_max=allreduce_max, net=net, run_timeout_s=timeout,
     )
     runner = MasterRunner(st, cluster)
     with st.lock("bench"):
@@ -232,6 +233,8 @@ def bench(
     ui.err.print(bench_report.results_table(report))
     if report.get("allreduce"):
         ui.err.print(bench_report.allreduce_table(report))
+    if report.get("network"):
+        ui.err.print(bench_report.network_table(report))
     if json_out:
         ui.print_json(report)
 

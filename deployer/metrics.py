@@ -18,6 +18,7 @@ Series (all gauges; run_id comes from the grouping key):
     deployer_bench_allreduce_errors{nodes,bytes}            the sweep's "wrong" count
     deployer_bench_link_gbit_s{tool}                        iperf3 between two nodes
     deployer_bench_run_timestamp_seconds{model,mode}        when the run happened
+    deployer_bench_pair_gbit_s{src, dst}                    with --net: iperf3 between two nodes
     deployer_bench_info{<versions>}                         1, versions as labels
 """
 
@@ -150,6 +151,13 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
         Gauge(PREFIX + "link_gbit_s", "Point-to-point link rate between two nodes, Gbit/s", ("tool",), registry=reg).labels(
             _label(link.get("tool") or "iperf3")
         ).set(_number(link["gbit_s"]))
+
+    net = result.get("network") or {}
+    if net.get("pairs"):
+        pair = Gauge(PREFIX + "pair_gbit_s", "iperf3 rate from one node to another, Gbit/s", ("src", "dst"), registry=reg)
+        for p in net["pairs"]:
+            if _number(p.get("gbit_s")) is not None:
+                pair.labels(_label(p["src"]), _label(p["dst"])).set(_number(p["gbit_s"]))
 
     stamp = _number(result.get("timestamp"))
     if stamp is None:

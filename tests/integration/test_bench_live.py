@@ -49,6 +49,17 @@ def test_reproducibility_record(live_cluster):
     assert v["flags"]["model"] == "resnet18" and v["flags"]["image_size"] == 32
 
 
+def test_every_pair_of_nodes_measured_and_the_slowest_named(live_cluster):
+    net = live_cluster.bench["network"]
+    pairs = {(p["src"], p["dst"]) for p in net["pairs"]}
+    name = live_cluster.cluster.name
+    assert pairs == {(f"{name}-master", f"{name}-worker-1"), (f"{name}-master", f"{name}-worker-2"),
+                     (f"{name}-worker-1", f"{name}-worker-2")}
+    assert all(p["gbit_s"] > 0 for p in net["pairs"]) and net["slowest"] in net["pairs"]
+    assert any(Path(p).name == "network.png" for p in live_cluster.bench["files"]["plots"])
+    assert "slowest link" in live_cluster.bench_stderr
+
+
 def test_the_report_says_how_nodes_share_cores(live_cluster):
     v = live_cluster.bench["versions"]
     assert v["flags"]["profile"] in ("quick", "horovod", "standard")

@@ -165,3 +165,37 @@ def test_threads_per_rank_for_nodes_sharing_cores():
     assert o.threads is None and "--threads" not in bench.resnet_args(o, "dp") and bench.cpu_sharing(cluster(3), o) is None
     with pytest.raises(UsageError, match="--threads"):
         bench.make_options(cluster(3), nodes="1", threads=0)
+
+
+# ---- the pairwise network check ---------------------------------------------------------------
+
+
+def test_net_pairs_every_pair_up_to_eight_then_a_ring():
+    three = [(a["name"], b["name"]) for a, b in bench.net_pairs(cluster(3))]
+    assert three == [("demo-master", "demo-worker-1"), ("demo-master", "demo-worker-2"), ("demo-worker-1", "demo-worker-2")]
+    assert len(bench.net_pairs(cluster(8))) == 28
+    ring = [(a["name"], b["name"]) for a, b in bench.net_pairs(cluster(10))]
+    assert len(ring) == 10 and ring[-1] == ("demo-worker-9", "demo-master")
+
+
+def test_pair_command_runs_the_server_on_the_receiver():
+    argv = shlex.split(bench.pair_cmd("10.10.0.11", "10.10.0.12"))
+    assert argv[:4] == ["ssh", "-o", "BatchMode=yes", "10.10.0.12"] and argv[4:8] == ["iperf3", "-s", "-1", "-D"]
+    assert argv[-8:] == ["timeout", "30", "iperf3", "-c", "10.10.0.12", "-J", "-t", "2"]
+    assert argv[argv.index("10.10.0.11") - 3] == "ssh"
+
+
+def test_network_summary_names_the_slowest_link_table_and_plot(tmp_path):
+    from deployer import bench_report, metrics
+
+    pairs = [{"src": "d-master", "dst": "d-worker-1", "gbit_s": 9.0}, {"src": "d-master", "dst": "d-worker-2", "gbit_s": 1.5},
+             {"src": "d-worker-1", "dst": "d-worker-2", "gbit_s": None}]
+    net = bench_report.network_summary(pairs)
+    assert net["slowest"]["dst"] == "d-worker-2" and net["median_gbit_s"] == 5.25
+    report = bench_report.aggregate("r1", [], network=net)
+    rows = [[c._cells[i] for c in bench_report.network_table(report).columns] for i in range(3)]
+    assert rows[0][:3] == ["d-worker-1", "d-worker-2", "—"] and rows[1][2] == "1.50" and rows[1][3] == "29%"
+    paths = bench_report.plot(report, tmp_path)
+    assert [p.name for p in paths] == ["network.png"] and paths[0].read_bytes()[:4] == b"\x89PNG"
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in metrics.bench_registry(report).collect() for s in f.samples}
+    assert got[("deployer_bench_pair_gbit_s", (("dst", "d-worker-2"), ("src", "d-master")))] == 1.5

@@ -183,7 +183,7 @@ def test_sweep_on_fake_cluster(fake_cluster, tmp_path):
     cl, runner = fake_cluster
     opts = bench.make_options(cl, nodes="1,2", model="resnet18", batch_size=2, image_size=32,
                               num_warmup_batches=1, num_batches_per_iter=2, num_iters=2,
-                              allreduce_min="1K", allreduce_max="16K", run_timeout_s=300)
+                              allreduce_min="1K", allreduce_max="16K", run_timeout_s=300, net=True)
     out = tmp_path / "state" / "bench" / "run1"
     rep = bench.run_bench(runner, cl, opts, "run1", out)
 
@@ -197,12 +197,17 @@ def test_sweep_on_fake_cluster(fake_cluster, tmp_path):
     if shutil.which("iperf3"):
         assert rep["link"]["tool"] == "iperf3" and rep["link"]["gbit_s"] > 0
         assert 0 < rep["link"]["bidir_gbit_s"]
+        # --net: the one pair of this 2-node cluster, measured by the same runner
+        (pair,) = rep["network"]["pairs"]
+        assert (pair["src"], pair["dst"]) == ("t-master", "t-worker-1") and pair["gbit_s"] > 0
+        assert rep["network"]["slowest"] == pair
     assert (Path(cl["shared_dir"]) / "bench" / "run1" / "hostfile.1").read_text() == "127.0.0.1 slots=1\n"
     v = rep["versions"]
     assert v["provider"] == "local" and v["node_counts"] == [1, 2] and v["flags"]["model"] == "resnet18"
     assert v["benchmark"]["torch"] and v["allreduce"]["backend"] == "torch"  # auto: gloo on CPU
     assert json.loads((out / "results.json").read_text())["run_id"] == "run1"
-    assert len(rep["files"]["plots"]) == 3 and all(Path(p).exists() for p in rep["files"]["plots"])
+    want_plots = 4 if shutil.which("iperf3") else 3  # network.png with --net
+    assert len(rep["files"]["plots"]) == want_plots and all(Path(p).exists() for p in rep["files"]["plots"])
     typed = (out / "commands.sh").read_text().splitlines()[1:]
     assert typed == runner.commands  # the record of the runs is exactly what ran
 
