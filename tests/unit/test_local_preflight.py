@@ -1,6 +1,8 @@
 """Local provider preflight: refuses, with the fix named, before anything exists."""
 
 import ipaddress
+import json
+import subprocess
 
 import pytest
 
@@ -60,9 +62,22 @@ def test_own_bridge_route_is_not_a_collision(healthy, monkeypatch, tmp_path):
     check(tmp_path, nodes=2)
 
 
-def test_real_route_table_parses():
-    # Reads this machine's own routes through `ip -j`: every entry is a network.
-    assert all(isinstance(net, ipaddress.IPv4Network) for net, _ in local._host_routes())
+def test_real_route_table_parses(monkeypatch):
+    # This machine's own routes through `ip -j`, against a route the test adds to what
+    # `ip` prints (a link-scope /24 on lo is what a bridge's route looks like).
+    real = subprocess.run
+    extra = {"dst": "10.213.7.0/24", "dev": "dpl-probe", "protocol": "kernel", "scope": "link"}
+
+    def ip_with_a_probe(argv, *a, **kw):
+        p = real(argv, *a, **kw)
+        if argv[:2] == ["ip", "-j"]:
+            p = subprocess.CompletedProcess(p.args, p.returncode, json.dumps([*json.loads(p.stdout or "[]"), extra]), p.stderr)
+        return p
+
+    monkeypatch.setattr(local.subprocess, "run", ip_with_a_probe)
+    routes = local._host_routes()
+    assert (ipaddress.IPv4Network("10.213.7.0/24"), "dpl-probe") in routes
+    assert all(isinstance(net, ipaddress.IPv4Network) for net, _ in routes)
 
 
 @pytest.mark.parametrize("name", ["demo", "abcdefghijk", "a-very-long-name-20c"])

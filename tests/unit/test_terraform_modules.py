@@ -23,7 +23,6 @@ import json
 import re
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -128,15 +127,10 @@ def sample_openstack_spec(**openstack: Any) -> ClusterSpec:
 
 @pytest.fixture
 def state(tmp_path):
-    """The lead's ClusterState when there is one; else the two attributes providers read."""
-    try:
-        from deployer.state import ClusterState
+    """A cluster's state dir with its public key (what the providers' tfvars read)."""
+    from deployer.state import ClusterState
 
-        st = ClusterState(root=tmp_path / ".deployer", name="horovod")
-    except (ImportError, TypeError):
-        st = SimpleNamespace(
-            dir=tmp_path / ".deployer" / "horovod", ssh_public_key=tmp_path / ".deployer" / "horovod" / "ssh" / "id_ed25519.pub"
-        )
+    st = ClusterState(root=tmp_path / ".deployer", name="horovod")
     st.ssh_public_key.parent.mkdir(parents=True)
     st.ssh_public_key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDeployerClusterKeyForTestsOnly00000000000 deployer@horovod\n")
     return st
@@ -331,17 +325,10 @@ def test_openstack_tfvars_values(state):
 
 
 def test_local_tfvars_cover_required_and_nothing_unknown(state, tmp_path):
-    try:
-        from deployer.providers.local import LocalProvider
-    except ImportError:
-        pytest.skip("deployer/providers/local.py is not there yet")
-    if not hasattr(LocalProvider, "tfvars"):
-        pytest.skip("LocalProvider.tfvars is not written yet")
+    from deployer.providers.local import LocalProvider
+
     spec = ClusterSpec.model_validate({"name": "demo", "provider": "local", "nodes": 2})
-    try:
-        tfvars = LocalProvider().tfvars(spec, state)
-    except (AttributeError, NotImplementedError) as e:
-        pytest.skip(f"LocalProvider.tfvars needs more of the state than this test fakes: {e}")
+    tfvars = LocalProvider().tfvars(spec, state)
     declared = set(parse("local")["variables"])
     assert _required("local") <= set(tfvars), _required("local") - set(tfvars)
     assert set(tfvars) <= declared, set(tfvars) - declared
