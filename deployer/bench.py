@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from deployer import bench_report, ui
 from deployer.bench_failure import diagnose, rank_nodes, untag
-from deployer.bench_progress import RunProgress
+from deployer.bench_progress import RunProgress, SweepProgress
 from deployer.errors import OperationFailed, UsageError
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
@@ -337,7 +337,7 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     if top >= 2:
         ui.step(f"all-reduce sweep on {top} nodes ({opts.allreduce_min}..{opts.allreduce_max})")
         cmd = mpirun_cmd(cluster, run_id, top, opts.run_timeout_s, "allreduce.py", allreduce_args(opts))
-        ar = parse_json_line(remote(f"allreduce-{top}", cmd, limit, nodes=top), "allreduce")
+        ar = parse_json_line(remote(f"allreduce-{top}", cmd, limit, nodes=top, on_line=SweepProgress()), "allreduce")
         allreduce.append((top, ar))
         ui.ok(f"all-reduce: avg busbw {ar['avg_busbw_gb_s']:.3f} GB/s, "
               f"max {max(r['busbw_gb_s'] for r in ar['rows']):.3f} GB/s, {ar['wrong']} wrong")

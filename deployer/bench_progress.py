@@ -100,3 +100,24 @@ class RunProgress:
     def __exit__(self, *exc: object) -> None:
         if self.spinner is not None:
             self.spinner.stop()
+
+
+class SweepProgress:
+    """The all-reduce sweep's rows (nccl-tests format: size, count, type, redop, root,
+    time, algbw, busbw, #wrong) as they come: "all-reduce · 4194304 B · busbw 0.47 GB/s"."""
+
+    def __init__(self, every_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
+                 emit: Callable[[str], None] | None = None):
+        self.every_s = every_s
+        self.clock = clock
+        self.emit = emit or (lambda text: ui.info(f"  {time.strftime('%H:%M:%S')} {text}"))
+        self.last_emit = -1e9
+
+    def __call__(self, line: str) -> None:
+        parts = line.split()
+        if len(parts) < 9 or not parts[0].isdigit():
+            return
+        now = self.clock()
+        if now - self.last_emit >= self.every_s:
+            self.last_emit = now
+            self.emit(f"all-reduce · {int(parts[0])} B · busbw {parts[7]} GB/s")

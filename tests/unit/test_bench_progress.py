@@ -2,7 +2,7 @@
 
 import json
 
-from deployer.bench_progress import RunProgress
+from deployer.bench_progress import RunProgress, SweepProgress
 
 
 def feed(p, **ev):
@@ -40,3 +40,16 @@ def test_plain_output_is_throttled():
         feed(p, phase="warmup", iter=0, batch=i, batches=100)
     # 50 s of batches every 0.5 s: a line every 5 s, not 100 lines
     assert 9 <= len(said) <= 11
+
+
+def test_allreduce_rows_as_they_come():
+    now = [0.0]
+    said = []
+    p = SweepProgress(every_s=5, clock=lambda: now[0], emit=said.append)
+    p("#       size         count      type   redop    root     time   algbw   busbw #wrong")
+    p("        1024           256     float     sum      -1   5914.8    0.00    0.00      0")
+    now[0] = 1.0
+    p("        2048           512     float     sum      -1   5399.2    0.00    0.00      0")  # within 5 s: quiet
+    now[0] = 6.0
+    p("     4194304       1048576     float     sum      -1  11828.0    0.35    0.47      0")
+    assert said == ["all-reduce · 1024 B · busbw 0.00 GB/s", "all-reduce · 4194304 B · busbw 0.47 GB/s"]
