@@ -145,7 +145,7 @@ def parse_args(argv=None):
 
 
 def versions(cuda: bool, hosts: list[str], impl: str) -> dict:
-    v = {"python": platform.python_version(), "torch": torch.__version__, "model_impl": impl,
+    v = {"python": platform.python_version(), "kernel": platform.release(), "torch": torch.__version__, "model_impl": impl,
          "torchvision": getattr(sys.modules.get("torchvision"), "__version__", None) if tv_models else None,
          "mpi4py": __import__("mpi4py").__version__, "mpi": mpi_library(),
          "hosts": sorted(set(hosts)), "world_size": len(hosts)}

@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.table import Table
 
-SCHEMA = 1
+from .bench_schema import SCHEMA, validate
 
 
 def efficiency(t_n: float, n: int, t_1: float) -> float:
@@ -134,7 +134,9 @@ CSV_FIELDS = [
 
 
 def write_files(report: dict[str, Any], outdir: Path) -> dict[str, Any]:
-    """Write results.json, results.csv and the PNG plots into outdir; fill report["files"]."""
+    """Write results.json, results.csv and the PNG plots into outdir; fill report["files"].
+    The report is checked against the schema (deployer/bench_schema.py) first."""
+    validate(report)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     files = {"json": str(outdir / "results.json"), "csv": str(outdir / "results.csv"), "plots": []}
@@ -149,6 +151,7 @@ def write_files(report: dict[str, Any], outdir: Path) -> dict[str, Any]:
         for row in report["allreduce"]:
             w.writerow({"kind": "allreduce", **row})
     files["plots"] = [str(p) for p in plot(report, outdir)]
+    report.update(validate(report))
     Path(files["json"]).write_text(json.dumps(report, indent=2) + "\n")
     return report
 

@@ -67,8 +67,8 @@ def report():
 
 
 def test_aggregate_schema_and_figures(report):
-    assert report["schema"] == 1
-    assert set(report) == {"schema", "run_id", "results", "allreduce", "link", "files", "versions"}
+    assert report["schema"] == 2
+    assert set(report) == {"schema", "run_id", "results", "allreduce", "link", "network", "files", "versions"}
     assert [r["nodes"] for r in report["results"]] == [1, 2, 3]  # ensemble run is not a row
     for row in report["results"]:
         assert {"nodes", "ranks", "img_per_sec", "img_per_sec_per_rank", "efficiency"} <= set(row)

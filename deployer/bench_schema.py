@@ -1,0 +1,107 @@
+"""The benchmark report's schema: what results.json, `bench --json`, the console tables,
+the plots and the Pushgateway series are made from.
+
+The bench builds the report as a plain dict (deployer/bench_report.py) and validates it
+here before anything is written, so a report on disk always has this shape. Version 2
+added `network` (bench --net) and `versions.kernel`; `load` reads version 1 and 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import RecordError
+
+SCHEMA = 2
+READABLE = (1, 2)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScalingRow(_Model):
+    nodes: int = Field(ge=1)
+    ranks: int = Field(ge=1)
+    img_per_sec: float = Field(ge=0)
+    img_per_sec_per_rank: float = Field(ge=0)
+    efficiency: float | None  # E(N) = T_N / (N * T_1)
+    mode: str
+    model: str | None
+    batch_size: int | None
+    image_size: int | None
+    baseline_nodes: int
+    ensemble_img_per_sec: float | None = None
+    comm_share: float | None = None  # 1 - dp / ensemble; negative means noise: rerun
+
+
+class AllreduceRow(_Model):
+    nodes: int = Field(ge=2)
+    bytes: int = Field(ge=4)
+    time_us: float
+    algbw_gb_s: float
+    busbw_gb_s: float
+    wrong: int = Field(ge=0)
+
+
+class Link(_Model):
+    tool: str = "iperf3"
+    gbit_s: float
+    bidir_gbit_s: float | None = None
+
+
+class Pair(_Model):
+    src: str
+    dst: str
+    gbit_s: float | None
+
+
+class Network(_Model):
+    tool: str = "iperf3"
+    pairs: list[Pair]
+    slowest: Pair | None
+    median_gbit_s: float | None
+
+
+class Files(_Model):
+    json_: str | None = Field(None, alias="json")
+    csv: str | None = None
+    plots: list[str] = []
+
+
+class Report(_Model):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_: int = Field(alias="schema")
+    run_id: str
+    results: list[ScalingRow]
+    allreduce: list[AllreduceRow]
+    link: Link | None
+    network: Network | None = None
+    files: Files
+    versions: dict[str, Any]  # the reproducibility record: software, flags, cluster
+
+
+def validate(report: dict[str, Any]) -> dict[str, Any]:
+    """The report, checked against the schema (a bench bug raises here, before any file)."""
+    return Report.model_validate(report).model_dump(by_alias=True)
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A results.json from disk; another version or a damaged file is one line naming it."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise RecordError(f"{path}: not a readable benchmark report ({e.__class__.__name__})") from None
+    if not isinstance(data, dict) or data.get("schema") not in READABLE:
+        found = data.get("schema") if isinstance(data, dict) else None
+        raise RecordError(f"{path}: report schema {found} is not one of {READABLE}; use the deployer version that wrote it")
+    try:
+        return Report.model_validate(data).model_dump(by_alias=True)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise RecordError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
