@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from deployer import bench_report, bench_schema
 from deployer.errors import RecordError
@@ -29,7 +30,7 @@ def test_aggregate_builds_a_valid_current_report(tmp_path):
 def test_a_malformed_report_is_refused_before_any_file(tmp_path):
     rep = bench_report.aggregate("r1", [], [], None, {})
     rep["results"] = [{"nodes": 0}]
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="results.0.ranks"):
         bench_report.write_files(rep, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
