@@ -139,6 +139,10 @@ def parse_args(argv=None):
     p.add_argument("--image-size", type=int, default=224, help="square image side")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: cores per local rank)")
     p.add_argument("--json", action="store_true", help="rank 0 prints one JSON line with all figures")
+    p.add_argument("--timeline", metavar="DIR",
+                   help="after the timed iterations, profile --timeline-steps more steps with torch.profiler; "
+                        "every rank writes DIR/rank<r>-<host>.json (Chrome trace; merge_timeline.py joins them)")
+    p.add_argument("--timeline-steps", type=int, default=3, help="steps under the profiler with --timeline")
     p.add_argument("--progress", action="store_true",
                    help="rank 0 prints a 'PROGRESS {json}' line after every batch (deployer bench shows them)")
     return p.parse_args(argv)
@@ -240,6 +244,20 @@ def main(argv=None) -> int:
         log(f"Iter #{x}: {img_sec:.1f} img/sec per {dev}")
         progress(phase="iter_done", iter=x + 1, iters=args.num_iters, img_per_sec=img_sec)
         img_secs.append(img_sec)
+
+    if args.timeline:
+        # After the timed iterations, so the profiler's own cost never enters the figures.
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.cuda else [])
+        with profile(activities=activities) as prof:
+            for _ in range(args.timeline_steps):
+                benchmark_step()
+            if args.cuda:
+                torch.cuda.synchronize()
+        os.makedirs(args.timeline, exist_ok=True)
+        prof.export_chrome_trace(os.path.join(args.timeline, f"rank{rank}-{hosts[rank]}.json"))
+        comm.Barrier()  # every rank's file is there when rank 0 reports
 
     mine = {"rank": rank, "host": hosts[rank], "local_rank": local_rank,
             "img_per_sec": float(np.mean(img_secs)), "conf": float(1.96 * np.std(img_secs))}

@@ -73,6 +73,7 @@ class BenchOptions:
     channels_last: bool = False
     ensemble_every_n: bool = False
     net: bool = False  # iperf3 between every pair of nodes
+    timeline: bool = False  # torch.profiler trace of every rank at the largest N, merged
     allreduce_min: str = "1K"
     allreduce_max: str = "64M"
     allreduce_backend: str = "auto"
@@ -323,15 +324,25 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     remote("hostfiles", hostfiles_cmd(cluster, run_id, opts.nodes), 60, cleanup=False)
 
     resnet: list[tuple[int, dict[str, Any]]] = []
+    timeline: Path | None = None
     runs = [(n, mode) for n in opts.nodes for mode in modes_at(opts, n, top)]
     for i, (n, mode) in enumerate(runs, 1):
         ui.step(f"resnet_synthetic on {n} node(s), {mode} (run {i}/{len(runs)})")
-        cmd = mpirun_cmd(cluster, run_id, n, opts.run_timeout_s, "resnet_synthetic.py", resnet_args(opts, mode) + ["--progress"])
+        extra = ["--progress"]
+        profiled = opts.timeline and n == top and mode == opts.mode
+        if profiled:
+            extra += ["--timeline", f"{run_dir(cluster, run_id)}/timeline"]
+        cmd = mpirun_cmd(cluster, run_id, n, opts.run_timeout_s, "resnet_synthetic.py", resnet_args(opts, mode) + extra)
         with RunProgress(f"{n} node(s) {mode}") as progress:
             out = remote(f"resnet-{mode}-{n}", cmd, limit, on_line=progress, nodes=n)
         res = parse_json_line(out, f"resnet_synthetic ({mode}, {n} nodes)")
         resnet.append((n, res))
         ui.ok(f"{n} node(s) {mode}: {res['img_per_sec']:.1f} img/s total, {res['img_per_sec_per_rank']:.1f} per rank")
+        if profiled:
+            merged = remote("timeline", f"python {cluster['shared_dir']}/benchmarks/merge_timeline.py {run_dir(cluster, run_id)}/timeline", 300)
+            timeline = outdir / "timeline.json"
+            timeline.write_text(merged)
+            ui.ok(f"timeline of every rank at {n} node(s): {timeline} (open in ui.perfetto.dev or chrome://tracing)")
 
     allreduce: list[tuple[int, dict[str, Any]]] = []
     if top >= 2:
@@ -391,6 +402,8 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     }
     report = bench_report.aggregate(run_id, resnet, allreduce, link, versions, mode=opts.mode,
                                     link_bidir_gbit_s=bidir, network=network)
+    if timeline:
+        report["files"]["timeline"] = str(timeline)
     bench_report.write_files(report, outdir)
     ui.ok(f"results in {outdir}")
     return report

@@ -139,7 +139,8 @@ def write_files(report: dict[str, Any], outdir: Path) -> dict[str, Any]:
     validate(report)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    files = {"json": str(outdir / "results.json"), "csv": str(outdir / "results.csv"), "plots": []}
+    files = {"json": str(outdir / "results.json"), "csv": str(outdir / "results.csv"), "plots": [],
+             "timeline": (report.get("files") or {}).get("timeline")}
     report["files"] = files
     # why one CSV with a "kind" column: the schema names one CSV file; spreadsheet
     # users filter on kind = scaling | allreduce.

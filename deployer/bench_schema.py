@@ -3,7 +3,7 @@ the plots and the Pushgateway series are made from.
 
 The bench builds the report as a plain dict (deployer/bench_report.py) and validates it
 here before anything is written, so a report on disk always has this shape. Version 2
-added `network` (bench --net) and `versions.kernel`; `load` reads version 1 and 2.
+added `network` (bench --net), `files.timeline` and `versions.kernel`; `load` reads version 1 and 2.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ class Files(_Model):
     json_: str | None = Field(None, alias="json")
     csv: str | None = None
     plots: list[str] = []
+    timeline: str | None = None  # bench --timeline: every rank's trace, merged (Chrome trace format)
 
 
 class Report(_Model):

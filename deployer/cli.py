@@ -198,6 +198,7 @@ def bench(
     channels_last: Annotated[bool, typer.Option("--channels-last")] = False,
     fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce")] = False,
     allreduce_max: Annotated[str | None, typer.Option("--allreduce-max", help="largest all-reduce message, e.g. 64M")] = None,
+    timeline: Annotated[bool, typer.Option("--timeline", help="also a torch.profiler trace of every rank at the largest N, merged into timeline.json")] = False,
     net: Annotated[bool, typer.Option("--net", help="also iperf3 between every pair of nodes (a ring beyond 8): matrix, plot, slowest link")] = False,
     timeout: Annotated[int, typer.Option("--timeout", help="seconds one benchmark run may take before it is killed")] = 1800,
     name: NameOpt = None,
@@ -217,7 +218,7 @@ def bench(
         cluster, nodes=nodes, profile=profile, model=model, batch_size=batch_size, image_size=image_size, mode=mode,
         num_iters=num_iters, num_batches_per_iter=num_batches_per_iter, num_warmup_batches=num_warmup_batches,
         threads=threads, amp=amp, channels_last=channels_last, fp16_allreduce=fp16_allreduce,
-        allreduce_max=allreduce_max, net=net, run_timeout_s=timeout,
+        allreduce_max=allreduce_max, net=net, timeline=timeline, run_timeout_s=timeout,
     )
     runner = MasterRunner(st, cluster)
     with st.lock("bench"):

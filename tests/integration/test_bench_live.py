@@ -60,6 +60,13 @@ def test_every_pair_of_nodes_measured_and_the_slowest_named(live_cluster):
     assert "slowest link" in live_cluster.bench_stderr
 
 
+def test_timeline_of_every_rank_in_one_trace(live_cluster):
+    trace = json.loads(Path(live_cluster.bench["files"]["timeline"]).read_text())
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    name = live_cluster.cluster.name
+    assert names == {0: f"rank 0 ({name}-master)", 1: f"rank 1 ({name}-worker-1)"}
+
+
 def test_the_report_says_how_nodes_share_cores(live_cluster):
     v = live_cluster.bench["versions"]
     assert v["flags"]["profile"] in ("quick", "horovod", "standard")

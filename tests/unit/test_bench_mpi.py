@@ -161,8 +161,8 @@ class LocalRunner:
 def fake_cluster(tmp_path):
     shared = tmp_path / "shared"
     (shared / "benchmarks").mkdir(parents=True)
-    for f in ("resnet_synthetic.py", "allreduce.py", "bench_common.py"):
-        shutil.copy(BENCH / f, shared / "benchmarks" / f)
+    for f in BENCH.glob("*.py"):  # as the training_runtime role copies them
+        shutil.copy(f, shared / "benchmarks" / f.name)
     (shared / "hostfile").write_text("127.0.0.1 slots=1\n127.0.0.2 slots=1\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -183,7 +183,7 @@ def test_sweep_on_fake_cluster(fake_cluster, tmp_path):
     cl, runner = fake_cluster
     opts = bench.make_options(cl, nodes="1,2", model="resnet18", batch_size=2, image_size=32,
                               num_warmup_batches=1, num_batches_per_iter=2, num_iters=2,
-                              allreduce_min="1K", allreduce_max="16K", run_timeout_s=300, net=True)
+                              allreduce_min="1K", allreduce_max="16K", run_timeout_s=300, net=True, timeline=True)
     out = tmp_path / "state" / "bench" / "run1"
     rep = bench.run_bench(runner, cl, opts, "run1", out)
 
@@ -208,6 +208,11 @@ def test_sweep_on_fake_cluster(fake_cluster, tmp_path):
     assert json.loads((out / "results.json").read_text())["run_id"] == "run1"
     want_plots = 4 if shutil.which("iperf3") else 3  # network.png with --net
     assert len(rep["files"]["plots"]) == want_plots and all(Path(p).exists() for p in rep["files"]["plots"])
+    # --timeline: both ranks' torch.profiler traces, one process each, in one file
+    trace = json.loads(Path(rep["files"]["timeline"]).read_text())
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    assert sorted(names) == [0, 1] and names[0].startswith("rank 0 (")
+    assert {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "X"} == {0, 1}
     typed = (out / "commands.sh").read_text().splitlines()[1:]
     assert typed == runner.commands  # the record of the runs is exactly what ran
 

@@ -94,7 +94,7 @@ def test_efficiency_baseline_without_one_node():
 def test_write_files(report, tmp_path):
     br.write_files(report, tmp_path / "out")
     files = report["files"]
-    assert set(files) == {"json", "csv", "plots"}
+    assert set(files) == {"json", "csv", "plots", "timeline"} and files["timeline"] is None
     on_disk = json.loads(Path(files["json"]).read_text())
     assert on_disk["files"] == files and on_disk["results"] == report["results"]
     rows = list(csv.DictReader(Path(files["csv"]).read_text().splitlines()))
