@@ -113,6 +113,9 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         eng.apply(on_event, replace=[provider.node_resource(n) for n in sorted(set(replace_nodes) | set(recreate))])
         cluster = eng.output()["cluster"]
         state.write_record(state.cluster_file, cluster)
+        placed = provider.place(spec, state, cluster)
+        if placed:
+            ui.info(f"  {placed}")
         boot.prune(state, cluster)
         boot.write_access(state, cluster)  # pinned known_hosts + ssh_config, before any SSH
         tf_changed = changes.get("add", 0) + changes.get("change", 0) + changes.get("remove", 0)

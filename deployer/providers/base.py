@@ -79,6 +79,10 @@ class Provider(Protocol):
         """Bring back what the record holds but the host or an operator took away: start
         stopped nodes, restore the network; name the missing nodes Terraform must recreate."""
 
+    def place(self, spec: "ClusterSpec", state: "ClusterState", cluster: dict[str, Any]) -> str | None:
+        """Host-side settings that follow the cluster's size, after Terraform (local: each
+        node's cores); returns a line for the user, or None."""
+
     def boot_log_hint(self, node: str) -> str:
         """Where to look when `node` never answers SSH or cloud-init fails (a console-log command)."""
 

@@ -150,6 +150,18 @@ class LocalProvider:
                             f"{v['shared_host_dir']}:{v['shared_dir']}", v["memory_mb"], state.boot_dir / f"{n['name']}.user-data")
         return fix
 
+    def place(self, spec: "ClusterSpec", state: "ClusterState", cluster: dict[str, Any]) -> str | None:
+        """Cores of its own for each node when this machine has at least one per node,
+        so nodes do not fight over cores and E(N) measures communication; else all share."""
+        from . import lxc
+
+        cpus = sorted(os.sched_getaffinity(0))
+        plan = lxc.pin_cpus([n["name"] for n in cluster["nodes"]], cpus)
+        if plan:
+            pairs = ", ".join(f"{node['name']}: {cores}" for node, cores in zip(cluster["nodes"], plan, strict=True))
+            return f"cores: each node has its own ({pairs})"
+        return f"cores: the {len(cluster['nodes'])} nodes share this machine's {len(cpus)} (fewer cores than nodes)"
+
     def tfvars(self, spec: "ClusterSpec", state: "ClusterState", checked: Any = None) -> dict[str, Any]:
         return {
             "cluster_name": spec.name,

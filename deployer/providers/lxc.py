@@ -439,6 +439,27 @@ def node_down(name: str) -> None:
     log(f"{name} removed")
 
 
+def cpu_plan(cpus: list[int], nodes: int) -> list[str] | None:
+    """Cores of its own for each node (cpuset lists, node i in order), or None when there
+    are fewer cores than nodes and they must share them all. Cores left over stay free."""
+    if nodes < 1 or len(cpus) < nodes:
+        return None
+    k = len(cpus) // nodes
+    return [",".join(str(c) for c in cpus[i * k:(i + 1) * k]) for i in range(nodes)]
+
+
+def pin_cpus(names: list[str], cpus: list[int]) -> list[str] | None:
+    """Apply cpu_plan to the running nodes (cgroup cpuset, live: no restart); without a
+    plan every node gets every core back. Applied on every `up`, so it follows the
+    cluster's size and survives a restart. Returns the plan."""
+    plan = cpu_plan(cpus, len(names))
+    everything = ",".join(map(str, cpus))
+    for i, name in enumerate(names):
+        if node_state(name) == "RUNNING":
+            sh("lxc-cgroup", "-n", name, "cpuset.cpus", plan[i] if plan else everything)
+    return plan
+
+
 def boot_log_hint(name: str) -> str:
     """Where to look when a node does not come up."""
     return f"`lxc-attach -n {name} -- journalctl -b --no-pager` and `lxc-attach -n {name} -- cat /var/log/cloud-init.log`, or {LXC_PATH / name / 'lxc.log'}"

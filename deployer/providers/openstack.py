@@ -110,6 +110,10 @@ class OpenStackProvider:
             start(spec.name, self.terraform_env(spec), [seen.nodes[n].id for n in stopped if seen.nodes[n].id])
         return Repair(started=stopped)
 
+    def place(self, spec: ClusterSpec, state: ClusterState, cluster: dict[str, Any]) -> str | None:
+        """Each VM has its flavor's vCPUs: nothing to place."""
+        return None
+
     def boot_log_hint(self, node: str) -> str:
         return f"`openstack console log show {node}` (the VM's console: cloud-init prints its errors there)"
 

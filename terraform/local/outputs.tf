@@ -12,8 +12,9 @@ output "cluster" {
     cluster_cidr = var.subnet
     # /shared is a bind mount of a host directory (the kernel here has no NFS).
     shared_storage = "host_bind"
-    # Every node sees all of this machine's cores: they share them.
-    shared_cpus = var.host_cpus
+    # With at least one core per node, each node is pinned to cores of its own (the
+    # deployer's CPU plan, deployer/providers/lxc.py); with fewer, they share them all.
+    shared_cpus = var.host_cpus >= var.node_count ? null : var.host_cpus
     # The nodes use this host's apt and pip sources (its local wheel folders included).
     host_package_sources = true
     # Grafana's only package source (apt.grafana.com) is out of reach of local nodes.

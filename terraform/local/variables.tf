@@ -70,7 +70,7 @@ variable "memory_mb" {
 
 variable "host_cpus" {
   type        = number
-  description = "CPUs of this machine, which every node container shares (the benchmarks size their threads by it)."
+  description = "CPUs this machine gives the nodes: each node gets cores of its own when there are at least as many as nodes, else they share them (the benchmarks size their threads by it)."
   default     = 1
 
   validation {

@@ -51,3 +51,10 @@ def test_driver_errors_stay_in_the_error_family(tmp_path, capsys):
     assert lxc.main(["node-up", "--name", "zz-unit-master", "--ip", "10.99.0.10/24", "--gateway", "10.99.0.1", "--bridge", "x",
                      "--shared", f"{tmp_path}:/shared", "--memory-mb", "512", "--user-data", str(tmp_path / "absent")]) == 1
     assert "no user-data" in capsys.readouterr().err
+
+
+def test_cpu_plan_gives_each_node_its_own_cores_when_there_are_enough():
+    assert lxc.cpu_plan([0, 1], 2) == ["0", "1"]
+    assert lxc.cpu_plan([0, 1, 2, 3, 4, 5, 6, 7], 3) == ["0,1", "2,3", "4,5"]  # 6 and 7 stay free
+    assert lxc.cpu_plan([2, 3, 5], 1) == ["2,3,5"]  # the host's allowed cores, whatever their numbers
+    assert lxc.cpu_plan([0, 1], 3) is None  # fewer cores than nodes: they share
