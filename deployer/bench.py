@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -326,8 +327,12 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     resnet: list[tuple[int, dict[str, Any]]] = []
     timeline: Path | None = None
     runs = [(n, mode) for n in opts.nodes for mode in modes_at(opts, n, top)]
+    took: list[float] = []
     for i, (n, mode) in enumerate(runs, 1):
-        ui.step(f"resnet_synthetic on {n} node(s), {mode} (run {i}/{len(runs)})")
+        # The sweep's ETA from the runs so far: rough (a larger N takes longer), said so.
+        eta = f", sweep ETA about {sum(took) / len(took) * (len(runs) - i + 1):.0f}s" if took else ""
+        ui.step(f"resnet_synthetic on {n} node(s), {mode} (run {i}/{len(runs)}{eta})")
+        started = time.monotonic()
         extra = ["--progress"]
         profiled = opts.timeline and n == top and mode == opts.mode
         if profiled:
@@ -336,6 +341,7 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
         with RunProgress(f"{n} node(s) {mode}") as progress:
             out = remote(f"resnet-{mode}-{n}", cmd, limit, on_line=progress, nodes=n)
         res = parse_json_line(out, f"resnet_synthetic ({mode}, {n} nodes)")
+        took.append(time.monotonic() - started)
         resnet.append((n, res))
         ui.ok(f"{n} node(s) {mode}: {res['img_per_sec']:.1f} img/s total, {res['img_per_sec_per_rank']:.1f} per rank")
         if profiled:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -38,6 +39,8 @@ def run(argv: list[str]) -> tuple[int, float, float, str, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--name")
+    ap.add_argument("--save-fixture", metavar="PATH",
+                    help="also copy the default sweep's results.json here (tests/fixtures/bench/results_local_3node.json)")
     a = ap.parse_args()
     base = [sys.executable, "-m", "deployer", "bench", "--json"] + (["--name", a.name] if a.name else [])
     rc, wall, gap, out, err = run([*base, "--nodes", "1,2,3"])
@@ -45,6 +48,9 @@ def main() -> int:
         print(err[-3000:], file=sys.stderr)
         return rc
     rep = json.loads(out)
+    if a.save_fixture:
+        shutil.copy(rep["files"]["json"], a.save_fixture)
+        print(f"saved {rep['files']['json']} as {a.save_fixture}")
     flags = rep["versions"]["flags"]
     print(f"default sweep 1,2,3 (profile {flags['profile']}: {flags['model']} {flags['image_size']}px batch {flags['batch_size']}, "
           f"{flags['threads']} thread(s)/rank): wall {wall:.0f}s, longest gap between lines {gap:.1f}s")

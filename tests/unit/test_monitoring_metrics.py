@@ -87,8 +87,8 @@ def test_version_keys_become_valid_label_names():
 
 def test_info_carries_the_versions_of_a_report_the_bench_wrote():
     # tests/fixtures/bench/results_local_3node.json: results.json of the default
-    # `deployer bench --nodes 1,2,3` on a local 3-node cluster (scripts/bench_default_sweep.py
-    # runs it first; copy that run's results.json here to record a new one).
+    # `deployer bench --nodes 1,2,3` on a local 3-node cluster; record a new one with
+    # `scripts/bench_default_sweep.py --save-fixture tests/fixtures/bench/results_local_3node.json`.
     import json
     from pathlib import Path
 
