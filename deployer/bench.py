@@ -400,6 +400,8 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
         "benchmark": resnet[0][1].get("versions", {}) if resnet else {},
         "allreduce": allreduce[0][1].get("versions", {}) if allreduce else None,
         "provider": cluster["provider"],
+        "image": (cluster.get("machine") or {}).get("image"),
+        "flavor": (cluster.get("machine") or {}).get("flavor"),
         "cluster_nodes": len(cluster["nodes"]),
         "gpus_per_node": [int(n.get("gpus") or 0) for n in cluster["nodes"]],
         "node_counts": list(opts.nodes),

@@ -12,6 +12,8 @@ output "cluster" {
     cluster_cidr = var.subnet
     # /shared is a bind mount of a host directory (the kernel here has no NFS).
     shared_storage = "host_bind"
+    # What the nodes are, for the benchmark's reproducibility record.
+    machine = { image = "debian-bookworm (LXC, debootstrap)", flavor = "container: ${var.memory_mb} MiB" }
     # With at least one core per node, each node is pinned to cores of its own (the
     # deployer's CPU plan, deployer/providers/lxc.py); with fewer, they share them all.
     shared_cpus = var.host_cpus >= var.node_count ? null : var.host_cpus

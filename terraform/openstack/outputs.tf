@@ -9,6 +9,8 @@ output "cluster" {
     access = "via_master"
     # /shared is exported by the master over NFS.
     shared_storage = "nfs"
+    # What the nodes are, for the benchmark's reproducibility record.
+    machine = { image = coalesce(var.image_name, var.image_id), flavor = var.flavor_name }
     # Each VM has its own vCPUs.
     shared_cpus = null
     # The nodes use the public package sources.

@@ -47,6 +47,8 @@ def test_reproducibility_record(live_cluster):
     assert "torch" in text and "Open MPI" in text
     assert v["provider"] == "local" and v["node_counts"] == [1, 2]
     assert v["flags"]["model"] == "resnet18" and v["flags"]["image_size"] == 32
+    assert v["image"].startswith("debian-bookworm") and v["flavor"] == "container: 2048 MiB"
+    assert v["benchmark"]["kernel"] and v["benchmark"]["torch"].startswith("2.13")
 
 
 def test_every_pair_of_nodes_measured_and_the_slowest_named(live_cluster):

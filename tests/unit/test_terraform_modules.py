@@ -214,7 +214,7 @@ def test_both_provider_modules_output_cluster_with_the_same_keys():
     local, openstack = _cluster_output("local"), _cluster_output("openstack")
     assert set(openstack) - OPENSTACK_EXTRA_KEYS == set(local)
     assert {"name", "provider", "ssh_user", "shared_dir", "access", "cluster_cidr", "shared_storage",
-            "host_package_sources", "grafana_installable", "shared_cpus", "nodes"} <= set(local)
+            "host_package_sources", "grafana_installable", "shared_cpus", "machine", "nodes"} <= set(local)
     assert _node_keys(local) == _node_keys(openstack) == {"name", "role", "id", "private_ip", "public_ip", "gpus"}
     assert _unquote(openstack["provider"]) == "openstack" and _unquote(openstack["access"]) == "via_master"
 
