@@ -8,7 +8,7 @@ APT_PACKAGES := lxc debootstrap nftables iproute2 openssh-client openmpi-bin lib
                 prometheus prometheus-pushgateway prometheus-node-exporter pciutils python3-venv \
                 openssh-server
 
-.PHONY: deps demo test unit integration lint bench-up clean-demo
+.PHONY: deps demo test unit integration lint clean-demo
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)

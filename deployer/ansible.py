@@ -20,7 +20,6 @@ class PlayResult:
     ok: Counter = field(default_factory=Counter)
     changed: Counter = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
-    changed_tasks: list[str] = field(default_factory=list)
 
     @property
     def total_changed(self) -> int:
@@ -65,7 +64,6 @@ def run_playbook(
             result.ok[host] += 1
             if data.get("res", {}).get("changed"):
                 result.changed[host] += 1
-                result.changed_tasks.append(f"{host}: {task}")
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             res = data.get("res", {})
             msg = res.get("msg") or res.get("stderr") or res.get("stdout") or "failed"

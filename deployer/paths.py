@@ -26,11 +26,3 @@ def terraform_dir() -> Path:
 
 def ansible_dir() -> Path:
     return assets_root() / "ansible"
-
-
-def benchmarks_dir() -> Path:
-    return assets_root() / "benchmarks"
-
-
-def monitoring_dir() -> Path:
-    return assets_root() / "monitoring"

@@ -196,13 +196,6 @@ def build_spec(config: Path | None = None, recorded: dict[str, Any] | None = Non
         raise UsageError(_format_error(e, src)) from None
 
 
-def parse_cidr(value: str) -> ipaddress.IPv4Network:
-    try:
-        return ipaddress.IPv4Network(value, strict=False)
-    except ValueError:
-        raise UsageError(f"{value!r} is not an IPv4 CIDR; write it like 10.77.0.0/24") from None
-
-
 INIT_TEMPLATE = """\
 # deployer cluster spec. Every key is optional; flags given on the command line win.
 # Docs: README.md. Validate without side effects: deployer up --help

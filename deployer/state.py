@@ -34,7 +34,6 @@ from typing import Any
 from .errors import LockedError, RecordError, UsageError
 
 RECORD_VERSION = 1
-DEFAULT_STATE_ROOT = Path(".deployer")
 
 
 @dataclass(frozen=True)
