@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from deployer import bench_report, ui
-from deployer.bench_failure import diagnose, rank_nodes, untag
+from deployer.bench_failure import diagnose, untag
 from deployer.bench_progress import RunProgress, SweepProgress
 from deployer.errors import OperationFailed, UsageError
+from deployer.nodes import gpus, rank_nodes
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 MODES = ("dp", "ensemble")
@@ -116,7 +117,7 @@ def choose_profile(cluster: dict[str, Any], profile: str | None) -> tuple[str, s
         if profile not in PROFILES:
             raise UsageError(f"--profile {profile!r}: use one of {', '.join(PROFILES)}")
         return profile, "--profile"
-    if any(int(n.get("gpus") or 0) > 0 for n in cluster["nodes"]):
+    if any(gpus(n) > 0 for n in cluster["nodes"]):
         return "horovod", "GPU nodes: Horovod's synthetic-benchmark defaults"
     return "quick", ("CPU-only nodes: Horovod's ResNet-50 at 224 px takes about an hour here; "
                      "`--profile horovod` runs the comparable study")
@@ -133,7 +134,7 @@ def threads_per_rank(cluster: dict[str, Any], counts: tuple[int, ...]) -> int | 
     shared = cluster.get("shared_cpus")
     if not shared:
         return None
-    ranks = sum(slots(n) for n in cluster["nodes"][: max(counts)])
+    ranks = len(rank_nodes(cluster, max(counts)))
     return max(1, int(shared) // ranks)
 
 
@@ -144,7 +145,7 @@ def cpu_sharing(cluster: dict[str, Any], opts: "BenchOptions") -> dict[str, Any]
         return None
     ceiling = {}
     for n in opts.nodes:
-        ranks = sum(slots(node) for node in cluster["nodes"][:n])
+        ranks = len(rank_nodes(cluster, n))
         ceiling[str(n)] = round(min(1.0, int(shared) / (ranks * opts.threads)), 3)
     return {"shared_cpus": int(shared), "threads_per_rank": opts.threads, "efficiency_ceiling": ceiling}
 
@@ -181,10 +182,6 @@ def make_options(cluster: dict[str, Any], *, nodes: str | None = None, profile: 
 
 
 # --- the remote commands: each one string a user could type on the master ---------
-def slots(node: dict[str, Any]) -> int:
-    return int(node.get("gpus") or 0) or 1
-
-
 def run_dir(cluster: dict[str, Any], run_id: str) -> str:
     return f"{cluster['shared_dir']}/bench/{run_id}"
 
@@ -196,7 +193,7 @@ def hostfiles_cmd(cluster: dict[str, Any], run_id: str, counts: tuple[int, ...])
 
 
 def mpirun_cmd(cluster: dict[str, Any], run_id: str, n: int, timeout_s: int, script: str, args: list[str]) -> str:
-    np_ = sum(slots(node) for node in cluster["nodes"][:n])
+    np_ = len(rank_nodes(cluster, n))
     root = " --allow-run-as-root" if cluster["ssh_user"] == "root" else ""
     # why these flags: --bind-to none lets torch use every core of a node (Open MPI
     # binds to one core by default for np <= 2); -x carries the login shell's PATH
@@ -403,7 +400,7 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
         "image": (cluster.get("machine") or {}).get("image"),
         "flavor": (cluster.get("machine") or {}).get("flavor"),
         "cluster_nodes": len(cluster["nodes"]),
-        "gpus_per_node": [int(n.get("gpus") or 0) for n in cluster["nodes"]],
+        "gpus_per_node": [gpus(n) for n in cluster["nodes"]],
         "node_counts": list(opts.nodes),
         "flags": asdict(opts),
         "cpu_sharing": sharing,

@@ -31,14 +31,6 @@ def rank_output(text: str, rank: int, stream: str) -> list[str]:
     return [t for r, s, t in map(untag, text.splitlines()) if r == rank and s == stream]
 
 
-def rank_nodes(cluster: dict[str, Any], n: int) -> list[dict[str, Any]]:
-    """Rank -> node for a run on the first n nodes (--map-by slot: a node's slots in a row)."""
-    out = []
-    for node in cluster["nodes"][:n]:
-        out += [node] * (int(node.get("gpus") or 0) or 1)
-    return out
-
-
 def _where(rank: int, nodes: list[dict[str, Any]], address: str | None = None) -> str:
     if rank < len(nodes):
         return f"rank {rank} on {nodes[rank]['name']}"

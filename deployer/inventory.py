@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from .boot import host_key
+from .nodes import gpus, slots
 from .paths import assets_root
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 def hostfile(cluster: dict[str, Any]) -> str:
     """One line per node, master first; slots = GPUs (1 on CPU nodes)."""
-    return "".join(f"{n['private_ip']} slots={max(1, int(n.get('gpus') or 0))}\n" for n in cluster["nodes"])
+    return "".join(f"{n['private_ip']} slots={slots(n)}\n" for n in cluster["nodes"])
 
 
 def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
@@ -39,7 +40,7 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
             "private_ip": node["private_ip"],
             "node_role": node["role"],
             "node_index": i,
-            "gpus": int(node.get("gpus") or 0),
+            "gpus": gpus(node),
         }
     names = [n["name"] for n in cluster["nodes"]]
     m = spec.monitoring
@@ -56,7 +57,7 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
         "deployer_cluster_cidr": cluster["cluster_cidr"],
         "deployer_master_ip": cluster["nodes"][0]["private_ip"],
         "deployer_hostfile": hostfile(cluster),
-        "deployer_enable_gpu": any(int(n.get("gpus") or 0) > 0 for n in cluster["nodes"]),
+        "deployer_enable_gpu": any(gpus(n) > 0 for n in cluster["nodes"]),
         "deployer_nvidia_driver_install": spec.openstack.nvidia_driver_install,
         "deployer_monitoring_enabled": m.enabled,
         "deployer_monitoring_expose": m.expose,
@@ -73,7 +74,7 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
             "children": {
                 "master": {"hosts": {names[0]: {}}},
                 "workers": {"hosts": {n: {} for n in names[1:]}},
-                "gpu": {"hosts": {n["name"]: {} for n in cluster["nodes"] if int(n.get("gpus") or 0) > 0}},
+                "gpu": {"hosts": {n["name"]: {} for n in cluster["nodes"] if gpus(n) > 0}},
             },
         }
     }

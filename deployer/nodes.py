@@ -12,6 +12,24 @@ def names(cluster: dict[str, Any]) -> list[str]:
     return [n["name"] for n in cluster["nodes"]]
 
 
+def gpus(node: dict[str, Any]) -> int:
+    return int(node.get("gpus") or 0)
+
+
+def slots(node: dict[str, Any]) -> int:
+    """MPI slots of a node: one rank per GPU, one on a CPU node (the hostfile's rule)."""
+    return gpus(node) or 1
+
+
+def rank_nodes(cluster: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """Rank -> node for a run on the first n nodes (--map-by slot: a node's slots in a row);
+    its length is the run's rank count."""
+    out: list[dict[str, Any]] = []
+    for node in cluster["nodes"][:n]:
+        out += [node] * slots(node)
+    return out
+
+
 def node_address(cluster: dict[str, Any], node: dict[str, Any]) -> str:
     return node.get("public_ip") or node["private_ip"]
 

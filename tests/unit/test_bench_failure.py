@@ -3,7 +3,8 @@
 
 from pathlib import Path
 
-from deployer.bench_failure import diagnose, rank_nodes, untag
+from deployer.bench_failure import diagnose, untag
+from deployer.nodes import rank_nodes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bench"
 CLUSTER = {"nodes": [
