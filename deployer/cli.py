@@ -243,9 +243,10 @@ def bench(
 def _push_results(st, cluster: dict, report: dict) -> None:
     """Results -> the Pushgateway on the master (-> Grafana's Benchmarks dashboard)."""
     from . import metrics
-    from .dashboard import PUSHGATEWAY, open_tunnel
+    from .dashboard import PUSHGATEWAY
     from .errors import OperationFailed
     from .remote import ssh_argv
+    from .tunnel import open_tunnel
 
     master = cluster["nodes"][0]
     try:
@@ -291,14 +292,59 @@ def dashboard(
         return
     with dash.open_dashboard(base, master["private_ip"], grafana=seen["grafana"]) as ports:
         _show_dashboard(dash.describe(master["private_ip"], local_ports=ports, **common), json_out)
-        ui.info("tunnel open; Ctrl-C closes it")
-        try:
-            import time
+        _hold_tunnel()
 
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            ui.ok("tunnel closed")
+
+def _hold_tunnel() -> None:
+    """Keep the tunnel open until Ctrl-C (or SIGTERM)."""
+    import signal
+    import time
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    ui.info("tunnel open; Ctrl-C closes it")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        ui.ok("tunnel closed")
+
+
+@app.command()
+def notebook(
+    print_only: Annotated[bool, typer.Option("--print", help="only print the URL and the ssh command for the tunnel")] = False,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="local port (the next free one if taken)")] = 8888,
+    show_password: Annotated[bool, typer.Option("--show-password", help="print the password too (it is in the state dir's secrets)")] = False,
+    name: NameOpt = None,
+    state_dir: StateOpt = DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """SSH tunnel to JupyterLab on the master; prints the local URL and where the password is."""
+    from . import notebook as nb
+    from .remote import ssh_argv
+
+    st = _state(name, state_dir)
+    cluster = _up_cluster(st)
+    spec = _spec_of(st)
+    if spec is not None and not spec.jupyter:
+        raise UsageError(f"JupyterLab is off for cluster {st.name!r} (jupyter: false); set jupyter: true and re-run `deployer up`")
+    base = ssh_argv(st, cluster, cluster["nodes"][0])
+    password = nb.read_password(st.secrets_dir) if show_password else None
+
+    def show(local_port: int, tunnel_open: bool) -> None:
+        desc = nb.describe(local_port=local_port, requested_port=port, secrets_dir=st.secrets_dir,
+                           ssh_base_cmd=base, tunnel_open=tunnel_open, password=password)
+        if json_out:
+            ui.print_json(desc)
+        else:
+            for line in nb.render(desc):
+                ui.out.print(line, markup=False)
+
+    if print_only:
+        show(nb.choose_port(port), tunnel_open=False)
+        return
+    with nb.open_notebook(base, nb.choose_port(port)) as local_port:
+        show(local_port, tunnel_open=True)
+        _hold_tunnel()
 
 
 @app.command()

@@ -1,10 +1,9 @@
 """`deployer dashboard`: SSH tunnels to the monitoring services on the master, and their URLs.
 
 Nothing on the master listens beyond the cluster network unless monitoring.expose is on,
-so the way in is an SSH local forward through the master, bound to 127.0.0.1 on this
-machine. open_tunnels() runs one `ssh -N -L ...` for every service, waits until each
-local port accepts, and stops ssh on exit. describe() is what `deployer dashboard`
-and `deployer dashboard --print` show: URLs, and where Grafana's admin password is
+so the way in is an SSH local forward through the master (deployer.tunnel), bound to
+127.0.0.1 on this machine. describe() is what `deployer dashboard` and
+`deployer dashboard --print` show: URLs, and where Grafana's admin password is
 (never the password itself).
 
 panel_queries() / check_dashboards() run every panel query of the provisioned
@@ -17,10 +16,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import socket
-import subprocess
-import tempfile
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -32,6 +27,7 @@ from typing import Any
 
 from .errors import OperationFailed
 from .paths import assets_root
+from .tunnel import open_tunnels, tunnel_command
 
 GRAFANA_PASSWORD_FILE = "grafana_admin_password"  # in the state dir's secrets dir; the grafana role writes it
 GRAFANA_ADMIN_USER = "admin"
@@ -68,121 +64,7 @@ def services(*, grafana: bool) -> list[Service]:
     return ([GRAFANA] if grafana else []) + [PROMETHEUS, PUSHGATEWAY]
 
 
-# ----------------------------------------------------------------------------- tunnels
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tunnel_command(ssh_base_cmd: Sequence[str], forwards: Sequence[tuple[int, str, int]]) -> list[str]:
-    """ssh argv forwarding 127.0.0.1:<local> to <host>:<port> as seen from the master.
-
-    `ssh_base_cmd` ends with the destination (user@master) and carries the identity
-    and known_hosts options; the forwarding options go before the destination, since
-    ssh reads anything after it as a remote command. Options given in the base
-    command win (ssh takes the first value of each -o).
-    """
-    if not ssh_base_cmd:
-        raise ValueError("ssh_base_cmd is empty")
-    *base, destination = ssh_base_cmd
-    cmd = [
-        *base,
-        "-N",
-        "-o",
-        "ExitOnForwardFailure=yes",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        "ServerAliveInterval=15",
-        "-o",
-        "ServerAliveCountMax=3",
-        # Our own connection: a shared ControlMaster would take the forwards and exit.
-        "-o",
-        "ControlMaster=no",
-        "-o",
-        "ControlPath=none",
-    ]
-    for local, host, port in forwards:
-        cmd += ["-L", f"127.0.0.1:{local}:{host}:{port}"]
-    cmd.append(destination)
-    return cmd
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _last_line(path: Path) -> str:
-    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    return lines[-1] if lines else "no message"
-
-
-@contextmanager
-def open_tunnels(
-    ssh_base_cmd: Sequence[str],
-    targets: Mapping[str, tuple[str, int]],
-    *,
-    timeout: float = 20.0,
-    attempts: int = 3,
-) -> Iterator[dict[str, int]]:
-    """One ssh process forwarding each target; yields {name: local port}.
-
-    Local ports are free ports on 127.0.0.1. If one is taken between choosing and
-    binding (ssh exits at once with ExitOnForwardFailure), new ports are tried.
-    Raises OperationFailed with ssh's last message if the tunnel does not come up
-    within `timeout` seconds.
-    """
-    if not targets:
-        raise ValueError("no targets to forward")
-    with tempfile.TemporaryDirectory(prefix="deployer-tunnel-") as tmp:
-        errlog = Path(tmp) / "ssh.stderr"
-        for attempt in range(1, attempts + 1):
-            ports = {name: _free_port() for name in targets}
-            cmd = tunnel_command(ssh_base_cmd, [(ports[n], host, port) for n, (host, port) in targets.items()])
-            with errlog.open("wb") as err:
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
-            try:
-                deadline = time.monotonic() + timeout
-                waiting = set(ports)
-                while waiting and proc.poll() is None and time.monotonic() < deadline:
-                    waiting = {n for n in waiting if not _accepts(ports[n])}
-                    if waiting:
-                        time.sleep(0.1)
-                if not waiting and proc.poll() is None:
-                    yield ports
-                    return
-                message = _last_line(errlog)
-                if proc.poll() is not None and attempt < attempts and ("in use" in message.lower() or "cannot listen" in message.lower()):
-                    continue
-                what = "exited" if proc.poll() is not None else f"did not open within {timeout:.0f}s"
-                raise OperationFailed(f"SSH tunnel to the master {what}: {message}")
-            finally:
-                _stop(proc)
-        raise OperationFailed("SSH tunnel to the master: no free local port could be bound")
-
-
-@contextmanager
-def open_tunnel(ssh_base_cmd: list[str], remote_host: str, remote_port: int, *, timeout: float = 20.0) -> Iterator[int]:
-    """`ssh -N -L 127.0.0.1:<free>:<remote_host>:<remote_port>`; yields the local port once it accepts."""
-    with open_tunnels(ssh_base_cmd, {"target": (remote_host, remote_port)}, timeout=timeout) as ports:
-        yield ports["target"]
+# ----------------------------------------------------------------------------- access
 
 
 @contextmanager

@@ -64,6 +64,7 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
         "deployer_monitoring_allowed_cidrs": [str(c) for c in m.allowed_cidrs],
         "deployer_monitoring_retention": m.retention,
         "deployer_grafana_enabled": m.grafana,
+        "deployer_jupyter_enabled": spec.jupyter,
         "deployer_secrets_dir": str(state.secrets_dir),
         "deployer_repo_dir": str(assets_root()),
     }

@@ -99,6 +99,7 @@ class ClusterSpec(_Strict):
     ssh_user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
     shared_dir: str = Field("/shared", pattern=r"^/[A-Za-z0-9_./-]+$")
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
+    jupyter: bool = Field(True, description="JupyterLab on the master's loopback, reached with `deployer notebook`")
     local: LocalSpec = Field(default_factory=LocalSpec)
     openstack: OpenStackSpec = Field(default_factory=OpenStackSpec)
     terraform: TerraformSpec = Field(default_factory=TerraformSpec)
@@ -212,6 +213,8 @@ monitoring:
   allowed_cidrs: []   # e.g. [203.0.113.0/24]
   retention: 15d
   grafana: true       # the Grafana server runs on OpenStack only (no package source locally)
+
+jupyter: true         # JupyterLab on the master, private: `deployer notebook` tunnels to it
 
 local:
   subnet: 10.77.0.0/24  # private bridge; must not collide with a host route

@@ -1,4 +1,4 @@
-"""deployer.dashboard: the SSH tunnel (against a stand-in ssh that really forwards) and describe()."""
+"""deployer.tunnel and deployer.dashboard: the SSH tunnel (against a stand-in ssh that really forwards) and describe()."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from deployer import dashboard
+from deployer import dashboard, tunnel
 from deployer.errors import OperationFailed
 
 # Behaves like `ssh -N -L 127.0.0.1:L:H:P ... dest` for the forwarding part: listens on
@@ -105,7 +105,7 @@ def ping(port: int) -> bytes:
 
 
 def test_tunnel_command_puts_options_before_the_destination():
-    cmd = dashboard.tunnel_command(["ssh", "-i", "k", "user@m"], [(5000, "10.0.0.5", 3000), (5001, "10.0.0.5", 9090)])
+    cmd = tunnel.tunnel_command(["ssh", "-i", "k", "user@m"], [(5000, "10.0.0.5", 3000), (5001, "10.0.0.5", 9090)])
     assert cmd[0] == "ssh" and cmd[-1] == "user@m"
     assert cmd[1:3] == ["-i", "k"], "the caller's options come first, so they win"
     assert "-N" in cmd and "ExitOnForwardFailure=yes" in cmd and "BatchMode=yes" in cmd
@@ -114,7 +114,7 @@ def test_tunnel_command_puts_options_before_the_destination():
 
 def test_open_tunnel_forwards_and_stops_ssh(fake_ssh, echo_server):
     base, calls = fake_ssh
-    with dashboard.open_tunnel(base, "127.0.0.1", echo_server) as port:
+    with tunnel.open_tunnel(base, "127.0.0.1", echo_server) as port:
         assert port != echo_server
         assert ping(port) == b"pong:ping"
     (argv,) = calls()
@@ -126,7 +126,7 @@ def test_open_tunnel_forwards_and_stops_ssh(fake_ssh, echo_server):
 
 def test_open_tunnels_one_ssh_for_all_services(fake_ssh, echo_server):
     base, calls = fake_ssh
-    with dashboard.open_tunnels(base, {"a": ("127.0.0.1", echo_server), "b": ("127.0.0.1", echo_server)}) as ports:
+    with tunnel.open_tunnels(base, {"a": ("127.0.0.1", echo_server), "b": ("127.0.0.1", echo_server)}) as ports:
         assert set(ports) == {"a", "b"} and ports["a"] != ports["b"]
         assert ping(ports["a"]) == ping(ports["b"]) == b"pong:ping"
     assert len(calls()) == 1
@@ -136,14 +136,14 @@ def test_refused_login_is_one_line_with_sshs_reason(fake_ssh, monkeypatch):
     base, _ = fake_ssh
     monkeypatch.setenv("FAKE_SSH_MODE", "fail")
     with pytest.raises(OperationFailed, match="Permission denied"):
-        with dashboard.open_tunnel(base, "127.0.0.1", 1, timeout=5):
+        with tunnel.open_tunnel(base, "127.0.0.1", 1, timeout=5):
             pass
 
 
 def test_a_port_taken_meanwhile_is_retried(fake_ssh, echo_server, monkeypatch):
     base, calls = fake_ssh
     monkeypatch.setenv("FAKE_SSH_MODE", "inuse-once")
-    with dashboard.open_tunnel(base, "127.0.0.1", echo_server) as port:
+    with tunnel.open_tunnel(base, "127.0.0.1", echo_server) as port:
         assert ping(port) == b"pong:ping"
     assert len(calls()) == 2
 
@@ -229,7 +229,7 @@ def real_sshd(tmp_path):
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege-separation directory
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE)
     deadline = time.monotonic() + 10
-    while not dashboard._accepts(port):
+    while not tunnel.accepts(port):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             pytest.skip(f"sshd would not start here: {proc.stderr.read().decode()[-300:]}")
@@ -243,13 +243,13 @@ def real_sshd(tmp_path):
 
 
 def test_tunnel_through_real_ssh(real_sshd, echo_server):
-    with dashboard.open_tunnel(real_sshd, "127.0.0.1", echo_server) as port:
+    with tunnel.open_tunnel(real_sshd, "127.0.0.1", echo_server) as port:
         assert ping(port) == b"pong:ping"
-    assert not dashboard._accepts(port)
+    assert not tunnel.accepts(port)
 
 
 def test_real_ssh_with_an_unknown_host_key_fails_cleanly(real_sshd, tmp_path):
     base = [a if not a.startswith("UserKnownHostsFile=") else f"UserKnownHostsFile={tmp_path / 'empty'}" for a in real_sshd]
     with pytest.raises(OperationFailed, match="(?i)host key"):
-        with dashboard.open_tunnel(base, "127.0.0.1", 1, timeout=10):
+        with tunnel.open_tunnel(base, "127.0.0.1", 1, timeout=10):
             pass
