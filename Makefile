@@ -3,10 +3,11 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 NODES ?= 3
-# Debian packages the local provider, the benchmarks and the tests call.
+# Debian packages the local provider, the benchmarks and the tests call (Chromium: the
+# notebook test drives the system browser; nothing is downloaded by Selenium).
 APT_PACKAGES := lxc debootstrap nftables iproute2 openssh-client openmpi-bin libopenmpi-dev iperf3 cloud-init \
                 prometheus prometheus-pushgateway prometheus-node-exporter pciutils python3-venv \
-                openssh-server
+                openssh-server chromium chromium-driver
 
 .PHONY: deps demo test unit integration lint clean-demo
 

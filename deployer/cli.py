@@ -300,7 +300,9 @@ def _hold_tunnel() -> None:
     import signal
     import time
 
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # Also when started in the background, where the shell leaves SIGINT ignored.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
     ui.info("tunnel open; Ctrl-C closes it")
     try:
         while True:

@@ -132,6 +132,18 @@ def test_open_tunnels_one_ssh_for_all_services(fake_ssh, echo_server):
     assert len(calls()) == 1
 
 
+def test_a_preferred_local_port_is_used_or_the_next_free_one(fake_ssh, echo_server):
+    base, _ = fake_ssh
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        with tunnel.open_tunnels(base, {"nb": ("127.0.0.1", echo_server)}, preferred={"nb": taken}) as ports:
+            assert ports["nb"] > taken and ping(ports["nb"]) == b"pong:ping"
+    with tunnel.open_tunnels(base, {"nb": ("127.0.0.1", echo_server)}, preferred={"nb": taken}) as ports:
+        assert ports["nb"] == taken, "once free, the preferred port itself"
+
+
 def test_refused_login_is_one_line_with_sshs_reason(fake_ssh, monkeypatch):
     base, _ = fake_ssh
     monkeypatch.setenv("FAKE_SSH_MODE", "fail")
