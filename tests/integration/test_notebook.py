@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import select
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,18 +27,22 @@ ARTEFACTS = Path(os.environ.get("DEPLOYER_TEST_ARTEFACTS", REPO / "test-artefact
 
 
 def _read_json(proc: subprocess.Popen, timeout: float = 90) -> dict:
-    """The JSON document `deployer notebook --json` prints once the tunnel is open."""
+    """The JSON document `deployer notebook --json` prints once the tunnel is open (it
+    then keeps running, so stdout is read line by line in a thread, never to its end)."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
     text, deadline = "", time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"deployer notebook exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
-        ready, _, _ = select.select([proc.stdout], [], [], 1)
-        if ready:
-            text += proc.stdout.readline()
-            try:
-                return json.loads(text)
-            except ValueError:
-                continue
+        try:
+            text += lines.get(timeout=1)
+        except queue.Empty:
+            if proc.poll() is not None:
+                raise AssertionError(f"deployer notebook exited {proc.returncode}: {proc.stderr.read()[-2000:]}") from None
+            continue
+        try:
+            return json.loads(text)
+        except ValueError:
+            continue
     raise AssertionError(f"no JSON from deployer notebook within {timeout}s: {text!r}")
 
 
