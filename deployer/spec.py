@@ -167,6 +167,9 @@ def _format_error(err: ValidationError, source: str) -> str:
         msg = "unknown key; remove it or check the spelling (see `deployer init` for every key)"
     elif first["type"] == "literal_error" and loc == "provider":
         msg = f"unknown provider {first['input']!r}; use one of: {', '.join(PROVIDERS)}"
+    elif first["type"] == "string_type" and isinstance(first.get("input"), bool):
+        word = "true" if first["input"] else "false"
+        msg = f"YAML reads this unquoted word as {word} (yes/no/on/off are booleans); quote it, e.g. {loc}: \"off\""
     elif first["type"] == "string_pattern_mismatch" and loc == "name":
         msg = "use 1-20 lowercase letters, digits or '-', starting with a letter (e.g. demo)"
     if first["type"] in ("greater_than_equal", "less_than_equal"):

@@ -42,6 +42,14 @@ def test_malformed_cluster_yaml(tmp_path):
     assert not (tmp_path / ".deployer").exists()
 
 
+@pytest.mark.parametrize("word", ["off", "no", "yes"])
+def test_a_name_yaml_reads_as_a_boolean_says_to_quote_it(word, tmp_path):
+    (tmp_path / "cluster.yaml").write_text(f"name: {word}\nnodes: 1\n")
+    p = run("up", cwd=tmp_path)
+    assert p.returncode == 2 and "quote it" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / ".deployer").exists()
+
+
 def test_init_writes_a_spec_then_refuses_to_overwrite(tmp_path):
     assert run("init", cwd=tmp_path).returncode == 0
     assert "nodes:" in (tmp_path / "cluster.yaml").read_text()
