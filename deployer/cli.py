@@ -74,6 +74,7 @@ def up(
     yes: YesOpt = False,
     reconfigure: Annotated[bool, typer.Option("--reconfigure", help="run Ansible even when nothing changed since the last successful run")] = False,
     replace: Annotated[list[str] | None, typer.Option("--replace", help="recreate this node (name or short name, e.g. worker-1); repeatable")] = None,
+    ttl: Annotated[str | None, typer.Option("--ttl", help="lifetime from now, e.g. 8h (30m, 2d, 1w; none: no expiry); `deployer gc` destroys the cluster after it")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Provision and configure the cluster (idempotent: re-run to converge or resume)."""
@@ -81,10 +82,10 @@ def up(
     from .spec import build_spec
     from .state import ClusterState
 
-    spec = build_spec(config, _recorded_spec(name, state_dir, config), nodes=nodes, provider=provider, name=name)
+    spec = build_spec(config, _recorded_spec(name, state_dir, config), nodes=nodes, provider=provider, name=name, ttl=ttl)
     state = ClusterState(state_dir, spec.name)
     lifecycle.confirm_destructive(spec, state, yes)
-    result = lifecycle.up(spec, state, reconfigure=reconfigure, replace=replace or [])
+    result = lifecycle.up(spec, state, reconfigure=reconfigure, replace=replace or [], ttl_given=ttl is not None)
     if json_out:
         ui.print_json(result)
 
@@ -113,6 +114,15 @@ def status(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_out: 
         colour = "green" if n["state"] == "ok" else "red"
         t.add_row(n["name"], n["role"], n["private_ip"], n["public_ip"] or "-", str(n["gpus"]), f"[{colour}]{n['state']}[/]")
     ui.out.print(t)
+    life = info.get("lifetime")
+    if life:
+        from .lifetime import human
+
+        left = life["seconds_left"]
+        if left > 0:
+            ui.info(f"expires in {human(left)} (at {life['expires_at']}, ttl {life['ttl']}); `deployer up --ttl {life['ttl']}` extends it from now")
+        else:
+            ui.warn(f"expired {human(left)} ago (at {life['expires_at']}); `deployer gc --yes` destroys it, `deployer up --ttl 8h` keeps it 8h more")
     for extra in info["extra"]:
         ui.warn(f"{extra} exists but is not in the cluster record (left by an interrupted scale-in?); `deployer up` removes nothing it does not know")
     if any(n["state"] != "ok" for n in info["nodes"]):
@@ -365,6 +375,53 @@ def down(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, yes: YesOpt 
             raise typer.Exit(1)
     if not lifecycle.down(st):
         ui.info(f"cluster {st.name!r} does not exist; nothing to do")
+
+
+@app.command()
+def gc(
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="destroy the expired clusters (without it: only list them)")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="say what would be destroyed, destroy nothing")] = False,
+    cloud: Annotated[str | None, typer.Option("--cloud", help="also look in this OpenStack cloud (clouds.yaml entry; default: $OS_CLOUD)")] = None,
+    state_dir: StateOpt = DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """Clusters whose --ttl is over: listed; destroyed with --yes."""
+    from . import gc as gc_mod
+
+    results = gc_mod.collect_and_act(state_dir, cloud=cloud, destroy=yes and not dry_run, dry_run=dry_run)
+    if json_out:
+        ui.print_json({"expired": results})
+    if any(r["action"].startswith("failed") for r in results):
+        raise typer.Exit(1)
+
+
+@app.command()
+def ledger(state_dir: StateOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> None:
+    """Node-hours and GPU-hours per cluster and per month, from the state root's ledger."""
+    from . import ledger as ledger_mod
+
+    use = ledger_mod.usage(ledger_mod.entries(state_dir))
+    if json_out:
+        ui.print_json(use)
+        return
+    if not use["clusters"]:
+        ui.info(f"no cluster in the ledger ({ledger_mod.path(state_dir)}); `deployer up` starts it")
+        return
+    from rich.table import Table
+
+    t = Table(title=f"usage until {use['at']}")
+    for col in ("cluster", "provider", "flavor", "from", "until", "node-hours", "GPU-hours"):
+        t.add_column(col, justify="right" if col.endswith("hours") else "left")
+    for c in use["clusters"]:
+        t.add_row(c["cluster"], c["provider"] or "-", c["flavor"] or "-", c["first"],
+                  f"up ({c['nodes_now']} nodes)" if c["live"] else c["destroyed"], f"{c['node_hours']:.2f}", f"{c['gpu_hours']:.2f}")
+    ui.out.print(t)
+    m = Table(title="per month")
+    for col in ("month", "node-hours", "GPU-hours"):
+        m.add_column(col, justify="left" if col == "month" else "right")
+    for row in use["months"]:
+        m.add_row(row["month"], f"{row['node_hours']:.2f}", f"{row['gpu_hours']:.2f}")
+    ui.out.print(m)
 
 
 def run() -> None:

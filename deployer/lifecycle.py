@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from . import boot, drift, inventory, nodes, terraform, ui
+from . import boot, drift, inventory, ledger, lifetime, nodes, terraform, ui
 from .errors import DeployerError, OperationFailed, UsageError
 from .providers import get_provider
 from .readiness import wait_for_boot
@@ -43,7 +43,8 @@ def _fingerprint(inv_path, spec: ClusterSpec) -> str:
     from .paths import assets_root
 
     h = hashlib.sha256(inv_path.read_bytes())
-    h.update(spec.model_dump_json().encode())
+    # The lifetime is the controller's business (and the servers' metadata), not the nodes'.
+    h.update(spec.model_dump_json(exclude={"ttl"}).encode())
     root = assets_root()
     for part in ("ansible", "benchmarks", "monitoring"):
         for f in sorted((root / part).rglob("*")):
@@ -77,7 +78,22 @@ def _replace_nodes(spec: ClusterSpec, state: ClusterState, replace: list[str]) -
     return [nodes.find_node(cluster, name)["name"] for name in replace]
 
 
-def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replace: list[str] | None = None) -> dict[str, Any]:
+def _set_lifetime(spec: ClusterSpec, state: ClusterState, ttl_given: bool) -> dict[str, Any] | None:
+    """Write the expiry this run sets (lifetime.py says when) and say so; None: no expiry."""
+    current = state.read_record(state.lifetime_file)
+    record = lifetime.next_record(spec.ttl, current, ttl_given=ttl_given, at=lifetime.now())
+    if record is None:
+        if current:
+            ui.info("lifetime: no expiry any more (ttl: none)")
+        state.lifetime_file.unlink(missing_ok=True)
+    elif record is not current:
+        state.write_record(state.lifetime_file, record)
+        ui.info(f"lifetime: {lifetime.describe_left(record, lifetime.now())}; `deployer gc --yes` destroys it after that")
+    return record
+
+
+def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replace: list[str] | None = None,
+       ttl_given: bool = False) -> dict[str, Any]:
     provider = get_provider(spec.provider)
     _check_same_cluster(spec, state)
     replace_nodes = _replace_nodes(spec, state, replace or [])
@@ -93,6 +109,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         run_dir = state.new_run_dir("up")
         ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/] "
                 f"({provider.description}); logs in {run_dir}")
+        _set_lifetime(spec, state, ttl_given)  # before anything is made, so `gc` finds even a half-made cluster
         boot.write_user_data(spec, state)  # each node's first boot, read by Terraform
         provider.prepare(spec, state)
         started, recreate = _repair(provider, spec, state, tf_env)
@@ -113,6 +130,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         eng.apply(on_event, replace=[provider.node_resource(n) for n in sorted(set(replace_nodes) | set(recreate))])
         cluster = eng.output()["cluster"]
         state.write_record(state.cluster_file, cluster)
+        ledger.note(state, cluster)  # node-hours from now on (created, scaled)
         placed = provider.place(spec, state, cluster)
         if placed:
             ui.info(f"  {placed}")
@@ -233,6 +251,7 @@ def down(state: ClusterState) -> bool:
                 f"({provider.manual_cleanup_hint(state.name)}), then run `deployer down` again",
                 log=run_dir / "terraform.jsonl",
             )
+        ledger.note_down(state, provider.name)
         for item in state.dir.iterdir():
             if item.name in ("runs", "bench", "lock"):
                 continue

@@ -100,6 +100,7 @@ class ClusterSpec(_Strict):
     shared_dir: str = Field("/shared", pattern=r"^/[A-Za-z0-9_./-]+$")
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
     jupyter: bool = Field(True, description="JupyterLab on the master's loopback, reached with `deployer notebook`")
+    ttl: str | None = Field(None, description="lifetime, e.g. 8h: `deployer gc` destroys the cluster after it; none: no expiry")
     local: LocalSpec = Field(default_factory=LocalSpec)
     openstack: OpenStackSpec = Field(default_factory=OpenStackSpec)
     terraform: TerraformSpec = Field(default_factory=TerraformSpec)
@@ -117,6 +118,13 @@ class ClusterSpec(_Strict):
         if isinstance(v, float) and not v.is_integer():
             raise ValueError("must be a whole number")
         return v
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _lifetime(cls, v: Any) -> Any:
+        from .lifetime import normalise_ttl
+
+        return normalise_ttl(v)
 
     @field_validator("local", "openstack", "terraform", mode="before")
     @classmethod
@@ -218,6 +226,7 @@ monitoring:
   grafana: true       # the Grafana server runs on OpenStack only (no package source locally)
 
 jupyter: true         # JupyterLab on the master, private: `deployer notebook` tunnels to it
+# ttl: 8h             # expiry (30m, 8h, 2d, 1w): `deployer gc --yes` destroys the cluster after it
 
 local:
   subnet: 10.77.0.0/24  # private bridge; must not collide with a host route

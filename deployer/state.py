@@ -6,6 +6,7 @@
                      the cluster when spec.json is gone
   configured.json    the last successful configuration: fingerprint, and per node the
                      identity of the machine it configured (deployer/drift.py)
+  lifetime.json      the expiry `--ttl` set (deployer/lifetime.py); absent: no expiry
   cluster.json       the last Terraform `cluster` output (a cache of the source of truth,
                      refreshed by every apply/destroy, so `status` needs no Terraform run)
   terraform/         Terraform working dir and state; modules/ beside it
@@ -57,6 +58,10 @@ class ClusterState:
     @property
     def configured_file(self) -> Path:
         return self.dir / "configured.json"
+
+    @property
+    def lifetime_file(self) -> Path:
+        return self.dir / "lifetime.json"
 
     @property
     def cluster_file(self) -> Path:

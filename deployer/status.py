@@ -10,7 +10,7 @@ import socket
 import threading
 from typing import Any
 
-from . import drift, terraform
+from . import drift, lifetime, terraform
 from .nodes import names, node_address
 from .providers import get_provider
 from .state import ClusterState
@@ -108,4 +108,14 @@ def status(state: ClusterState) -> dict[str, Any] | None:
             for n in cluster["nodes"]
         ],
         "extra": seen.extra,
+        "lifetime": lifetime_of(state),
     }
+
+
+def lifetime_of(state: ClusterState) -> dict[str, Any] | None:
+    """The expiry `--ttl` set, with the seconds left (negative once expired); None: no expiry."""
+    record = state.read_record(state.lifetime_file)
+    if not record:
+        return None
+    return {"ttl": record["ttl"], "expires_at": record["expires_at"],
+            "seconds_left": round(lifetime.seconds_left(record, lifetime.now()))}

@@ -81,6 +81,9 @@ class OpenStackProvider:
             "root_volume_size": o.root_volume_size,
             "dns_nameservers": [str(ip) for ip in o.dns_nameservers],
             "boot_dir": str(state.boot_dir),
+            # The expiry `up` recorded before Terraform runs (lifetime.py); a changed
+            # expiry updates the servers' metadata in place.
+            "expires_at": (state.read_record(state.lifetime_file) or {}).get("expires_at"),
         }
         return {k: v for k, v in values.items() if v is not None}
 

@@ -62,3 +62,10 @@ def _other(conn: Any, name: str) -> list[str]:
     if conn.compute.find_keypair(f"{name}-key", ignore_missing=True):  # made by the module when no key_pair is named
         found.append(f"key pair {name}-key")
     return found
+
+
+def deployer_servers(env: dict[str, str]) -> list[Any]:
+    """Every server in the project that a deployer cluster made (deployer_cluster
+    metadata), whatever the cluster: what `deployer gc` reads expiries from."""
+    with session(env) as conn, cloud_errors(conn, "listing the project's deployer servers"):
+        return [s for s in conn.compute.servers(details=True) if (s.metadata or {}).get("deployer_cluster")]

@@ -32,11 +32,13 @@ resource "openstack_compute_instance_v2" "node" {
   key_pair  = local.key_pair
   user_data = file("${var.boot_dir}/${each.key}.user-data")
 
-  metadata = {
+  # deployer_cluster decides what is this cluster's; deployer_expires_at (--ttl) lets
+  # `deployer gc` find an expired cluster without this machine's state.
+  metadata = merge({
     deployer_cluster = var.cluster_name
     deployer_role    = each.value.role
     deployer_index   = tostring(each.value.index)
-  }
+  }, var.expires_at == null ? {} : { deployer_expires_at = var.expires_at })
 
   network {
     port = openstack_networking_port_v2.node[each.key].id

@@ -7,9 +7,9 @@ resource "openstack_blockstorage_volume_v3" "shared" {
   size        = var.volume_size
   volume_type = var.volume_type
 
-  metadata = {
+  metadata = merge({
     deployer_cluster = var.cluster_name
-  }
+  }, var.expires_at == null ? {} : { deployer_expires_at = var.expires_at })
 }
 
 resource "openstack_compute_volume_attach_v2" "shared" {

@@ -23,6 +23,16 @@ variable "cluster_name" {
   }
 }
 
+variable "expires_at" {
+  type        = string
+  description = "When the cluster's lifetime (--ttl) ends, UTC, e.g. 2026-11-23T20:00:00Z; put in every server's and the volume's metadata (deployer_expires_at) for `deployer gc`. null: no expiry."
+  default     = null
+  validation {
+    condition     = var.expires_at == null || can(regex("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$", var.expires_at))
+    error_message = "expires_at must be a UTC time like 2026-11-23T20:00:00Z, or null."
+  }
+}
+
 variable "node_count" {
   type        = number
   description = "Number of nodes, the master included."

@@ -11,7 +11,6 @@ import importlib.util
 import socket
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -89,11 +88,12 @@ def cloud(isolated_env):
 
 @pytest.fixture
 def state(tmp_path):
-    d = tmp_path / "state"
-    (d / "ssh").mkdir(parents=True)
-    pub = d / "ssh" / "id_ed25519.pub"
-    pub.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDeployerClusterKeyForTestsOnly00000000000 deployer@demo\n")
-    return SimpleNamespace(dir=d, ssh_public_key=pub, terraform_dir=d / "terraform", boot_dir=d / "boot")
+    from deployer.state import ClusterState
+
+    st = ClusterState(tmp_path, "state")
+    st.ssh_public_key.parent.mkdir(parents=True)
+    st.ssh_public_key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDeployerClusterKeyForTestsOnly00000000000 deployer@demo\n")
+    return st
 
 
 def make_spec(**openstack) -> ClusterSpec:
@@ -519,6 +519,27 @@ def test_observe_on_a_failing_cloud_is_operation_failed(cloud):
     cloud.fail["/compute/v2.1/servers"] = 503
     with pytest.raises(OperationFailed, match="listing what exists of cluster demo"):
         observe("demo", ENV, ["demo-master"])
+
+
+def test_gc_finds_expired_clusters_by_server_metadata_without_any_state(cloud, tmp_path):
+    from deployer import gc
+
+    servers = _servers(["old-master", "old-worker-1"], cluster="old") + _servers(["new-master"], cluster="new") \
+        + _servers(["keep-master"], cluster="keep")
+    for s in servers[:2]:
+        s["metadata"]["deployer_expires_at"] = "2026-11-20T08:00:00Z"
+    servers[2]["metadata"]["deployer_expires_at"] = "2099-01-01T00:00:00Z"
+    servers.append({"id": "x", "name": "someones-vm", "status": "ACTIVE", "metadata": {"deployer_expires_at": "2020-01-01T00:00:00Z"}})
+    cloud.data["compute_servers_detail"]["servers"] = servers
+    found = gc.find(tmp_path / "empty-state-root", "testcloud", gc.parse_iso("2026-11-23T12:00:00Z"))
+    assert [e.to_json() for e in found] == [
+        {"name": "old", "provider": "openstack", "expires_at": "2026-11-20T08:00:00Z", "in_state": False,
+         "servers": ["old-master", "old-worker-1"]},
+    ]
+    # Without state here, --yes destroys nothing and says where it can be destroyed from.
+    results = gc.collect_and_act(tmp_path / "empty-state-root", cloud="testcloud", destroy=True, dry_run=False)
+    assert [r["action"] for r in results] == ["kept: no state here to destroy it with"]
+    assert all(m == "GET" or p.endswith("/auth/tokens") for m, p in cloud.requests)
 
 
 # ---- pure helpers ------------------------------------------------------------------------------------------

@@ -334,6 +334,21 @@ def test_local_tfvars_cover_required_and_nothing_unknown(state, tmp_path):
     assert set(tfvars) <= declared, set(tfvars) - declared
 
 
+def test_openstack_tfvars_carry_the_recorded_expiry(state):
+    from deployer import lifetime
+
+    assert "expires_at" not in openstack_tfvars(state), "no --ttl: no expiry in the servers' metadata"
+    record = lifetime.next_record("8h", None, ttl_given=True, at=lifetime.parse_iso("2026-11-23T12:00:00Z"))
+    state.write_record(state.lifetime_file, record)
+    assert openstack_tfvars(state)["expires_at"] == "2026-11-23T20:00:00Z"
+
+
+def test_openstack_servers_and_volume_carry_the_expiry_metadata():
+    for f in ("compute.tf", "storage.tf"):
+        text = (MODULES["openstack"] / f).read_text()
+        assert "deployer_expires_at = var.expires_at" in text, f
+
+
 # ---- Terraform evaluates terraform/openstack's validations on the deployer's values ----------------------
 
 
@@ -365,6 +380,7 @@ def test_openstack_validations_accept_the_deployer_tfvars(tmp_path, state):
         ({"image_id": "Ubuntu 22.04"}, "image_id must be a UUID"),
         ({"monitoring_allowed_cidrs": ["0.0.0.0/0", "nope"]}, "monitoring_allowed_cidrs must be IPv4 CIDRs"),
         ({"ssh_user": "root"}, "ssh_user must be a valid non-root Linux user name"),
+        ({"expires_at": "tomorrow"}, "expires_at must be a UTC time like"),
     ],
 )
 def test_openstack_validations_reject_bad_values(tmp_path, state, override, message):

@@ -1,0 +1,128 @@
+"""`deployer gc`: the clusters whose lifetime is over, and their removal.
+
+Two places say a cluster has expired: a state dir in the state root (lifetime.json), and
+on OpenStack the `deployer_expires_at` metadata `up` puts on every server, which is
+there even when this machine has no state of the cluster (a laptop lost, a colleague's
+cluster). Both are listed; `--yes` destroys what has state with the same `down` as
+always (Terraform, then the proof that nothing is left).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from . import ui
+from .errors import DeployerError
+from .lifetime import METADATA_KEY, human, iso, now, parse_iso
+from .state import ClusterState
+
+
+@dataclass
+class Expired:
+    name: str
+    provider: str | None
+    expires_at: str
+    in_state: bool = False  # a state dir here: `down` can destroy it
+    servers: list[str] = field(default_factory=list)  # found in the cloud by metadata
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "provider": self.provider, "expires_at": self.expires_at,
+                "in_state": self.in_state, "servers": self.servers}
+
+
+def from_state(root: Path, at: datetime) -> list[Expired]:
+    """Clusters in the state root whose recorded expiry is past."""
+    out = []
+    if not Path(root).is_dir():
+        return out
+    for d in sorted(p for p in Path(root).iterdir() if p.is_dir()):
+        st = ClusterState(Path(root), d.name)
+        life = st.read_record(st.lifetime_file)
+        if not life or parse_iso(life["expires_at"]) > at:
+            continue
+        origin = st.read_record(st.origin_file) or {}
+        out.append(Expired(d.name, origin.get("provider"), life["expires_at"], in_state=True))
+    return out
+
+
+def from_servers(servers: list[Any], at: datetime) -> list[Expired]:
+    """Clusters whose servers carry an expiry that is past (OpenStack server records:
+    `.name` and `.metadata`). A cluster counts as expired by its earliest expiry."""
+    found: dict[str, Expired] = {}
+    for s in servers:
+        meta = getattr(s, "metadata", None) or {}
+        cluster, expires = meta.get("deployer_cluster"), meta.get(METADATA_KEY)
+        if not cluster or not expires:
+            continue
+        try:
+            when = parse_iso(expires)
+        except ValueError:
+            continue
+        if when > at:
+            continue
+        e = found.setdefault(cluster, Expired(cluster, "openstack", iso(when)))
+        e.servers.append(s.name)
+        e.expires_at = min(e.expires_at, iso(when))
+    return sorted(found.values(), key=lambda e: e.name)
+
+
+def merge(local: list[Expired], cloud: list[Expired]) -> list[Expired]:
+    """One entry per cluster name: the state dir's, with the cloud's servers added."""
+    by_name = {e.name: e for e in local}
+    for c in cloud:
+        if c.name in by_name:
+            by_name[c.name].servers = c.servers
+        else:
+            by_name[c.name] = c
+    return sorted(by_name.values(), key=lambda e: e.expires_at)
+
+
+def find(root: Path, cloud: str | None, at: datetime) -> list[Expired]:
+    """Expired clusters in the state root and, given a cloud, in its project."""
+    servers: list[Any] = []
+    if cloud:
+        from .providers.openstack_observe import deployer_servers
+
+        servers = deployer_servers({"OS_CLOUD": cloud})
+    return merge(from_state(root, at), from_servers(servers, at))
+
+
+def collect_and_act(root: Path, *, cloud: str | None, destroy: bool, dry_run: bool) -> list[dict[str, Any]]:
+    """List (or with `destroy`, destroy) every expired cluster; one JSON-ready entry each,
+    its `action` saying what happened. A failure is reported and the next one is tried."""
+    import os
+
+    from . import lifecycle
+
+    at = now()
+    cloud = cloud or os.environ.get("OS_CLOUD")
+    found = find(root, cloud, at)
+    if not found:
+        ui.info(f"no expired cluster in {root}" + (f" or OpenStack cloud {cloud!r}" if cloud else " (no OpenStack cloud looked at: --cloud or $OS_CLOUD)"))
+        return []
+    results = []
+    for e in found:
+        ago = human((at - parse_iso(e.expires_at)).total_seconds())
+        entry = e.to_json()
+        if not e.in_state:
+            entry["action"] = "kept: no state here to destroy it with"
+            ui.warn(f"{e.name}: expired {ago} ago, found in the cloud only ({', '.join(e.servers)}); "
+                    f"destroy it from the machine that made it (`deployer down --name {e.name}`)")
+        elif not destroy:
+            entry["action"] = "would destroy" if dry_run else "listed"
+            nodes = [n["name"] for n in (ClusterState(root, e.name).cluster() or {}).get("nodes", [])]
+            what = f"would destroy {', '.join(nodes) or 'what Terraform made'}, its network and state" if dry_run else "`deployer gc --yes` destroys it"
+            ui.info(f"{e.name}: expired {ago} ago ({e.provider}); {what}")
+        else:
+            ui.step(f"{e.name}: expired {ago} ago: destroying")
+            try:
+                lifecycle.down(ClusterState(root, e.name))
+                entry["action"] = "destroyed"
+            except DeployerError as err:
+                entry["action"] = f"failed: {err}"
+                ui.error(f"{e.name}: {err}")
+        results.append(entry)
+    return results
