@@ -412,9 +412,12 @@ def ledger(state_dir: StateOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> No
     t = Table(title=f"usage until {use['at']}")
     for col in ("cluster", "provider", "flavor", "from", "until", "node-hours", "GPU-hours"):
         t.add_column(col, justify="right" if col.endswith("hours") else "left")
+    def when(iso_time: str) -> str:
+        return iso_time.replace("T", " ")[:16]
+
     for c in use["clusters"]:
-        t.add_row(c["cluster"], c["provider"] or "-", c["flavor"] or "-", c["first"],
-                  f"up ({c['nodes_now']} nodes)" if c["live"] else c["destroyed"], f"{c['node_hours']:.2f}", f"{c['gpu_hours']:.2f}")
+        t.add_row(c["cluster"], c["provider"] or "-", c["flavor"] or "-", when(c["first"]),
+                  f"up ({c['nodes_now']} nodes)" if c["live"] else when(c["destroyed"]), f"{c['node_hours']:.2f}", f"{c['gpu_hours']:.2f}")
     ui.out.print(t)
     m = Table(title="per month")
     for col in ("month", "node-hours", "GPU-hours"):

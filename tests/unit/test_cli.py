@@ -23,6 +23,11 @@ def run(*args, cwd, input=None):
         (["up", "--config", "missing.yaml"], "deployer init"),
         (["up", "--nodez", "2"], "No such option"),
         (["up", "--replace", "worker-1"], "--replace: cluster 'demo' has no nodes yet"),
+        (["up", "--ttl", "0"], "--ttl: must be a duration like 30m, 8h, 2d or 1w"),
+        (["up", "--ttl", "banana"], "--ttl: must be a duration"),
+        (["up", "--ttl", "0h"], "--ttl: 0h is no lifetime"),
+        (["up", "--ttl", "400d"], "--ttl: 400d is beyond the maximum of 14d"),
+        (["gc", "--yes", "--cloud"], "requires an argument"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(args, fragment, tmp_path):
