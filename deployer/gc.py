@@ -108,9 +108,7 @@ def collect_and_act(root: Path, *, cloud: str | None, destroy: bool, dry_run: bo
         ago = human((at - parse_iso(e.expires_at)).total_seconds())
         entry = e.to_json()
         if not e.in_state:
-            entry["action"] = "kept: no state here to destroy it with"
-            ui.warn(f"{e.name}: expired {ago} ago, found in the cloud only ({', '.join(e.servers)}); "
-                    f"destroy it from the machine that made it (`deployer down --name {e.name}`)")
+            entry["action"] = _cloud_only(e, ago, cloud, destroy=destroy, dry_run=dry_run)
         elif not destroy:
             entry["action"] = "would destroy" if dry_run else "listed"
             nodes = [n["name"] for n in (ClusterState(root, e.name).cluster() or {}).get("nodes", [])]
@@ -126,3 +124,22 @@ def collect_and_act(root: Path, *, cloud: str | None, destroy: bool, dry_run: bo
                 ui.error(f"{e.name}: {err}")
         results.append(entry)
     return results
+
+
+def _cloud_only(e: Expired, ago: str, cloud: str | None, *, destroy: bool, dry_run: bool) -> str:
+    """A cluster only the cloud knows of: deleted by its metadata (openstack_delete)."""
+    where = f"found in cloud {cloud!r} only ({', '.join(e.servers)})"
+    if not destroy:
+        ui.info(f"{e.name}: expired {ago} ago, {where}; "
+                + ("would delete its servers and the resources named after it" if dry_run else "`deployer gc --yes` deletes it by its metadata"))
+        return "would destroy" if dry_run else "listed"
+    from .providers.openstack_delete import delete_cluster
+
+    ui.step(f"{e.name}: expired {ago} ago, {where}: deleting by its metadata")
+    try:
+        deleted = delete_cluster({"OS_CLOUD": cloud or ""}, e.name, say=ui.info)
+    except DeployerError as err:
+        ui.error(f"{e.name}: {err}")
+        return f"failed: {err}"
+    ui.ok(f"{e.name}: deleted {len(deleted)} resource(s); nothing of it is left")
+    return "destroyed"

@@ -77,7 +77,7 @@ def test_the_spec_it_writes_is_valid(tmp_path):
     assert (spec.name, spec.provider, spec.nodes, spec.ttl, spec.openstack.cloud) == ("e2e-12345678901", "openstack", 2, "2h", "e2e")
 
 
-@pytest.mark.parametrize("step_id", ["up", "status", "bench", "down"])
+@pytest.mark.parametrize("step_id", ["sweep", "up", "status", "bench", "down"])
 def test_the_flags_it_passes_exist(step_id):
     run = _step(step_id)["run"]
     for verb, flags in re.findall(r"deployer (\w+)((?: --?[\w-]+(?: \"?\$?\w+\"?| \d+h)?)*)", run):

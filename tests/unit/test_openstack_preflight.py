@@ -536,10 +536,58 @@ def test_gc_finds_expired_clusters_by_server_metadata_without_any_state(cloud, t
         {"name": "old", "provider": "openstack", "expires_at": "2026-11-20T08:00:00Z", "in_state": False,
          "servers": ["old-master", "old-worker-1"]},
     ]
-    # Without state here, --yes destroys nothing and says where it can be destroyed from.
-    results = gc.collect_and_act(tmp_path / "empty-state-root", cloud="testcloud", destroy=True, dry_run=False)
-    assert [r["action"] for r in results] == ["kept: no state here to destroy it with"]
-    assert all(m == "GET" or p.endswith("/auth/tokens") for m, p in cloud.requests)
+    # Listing and --dry-run write nothing.
+    for dry in (False, True):
+        results = gc.collect_and_act(tmp_path / "empty-state-root", cloud="testcloud", destroy=False, dry_run=dry)
+        assert [r["action"] for r in results] == ["would destroy" if dry else "listed"]
+    assert writes(cloud) == []
+
+
+def _whole_cluster(cloud, name, expires):
+    """What terraform/openstack makes for a 2-node cluster, as the APIs list it."""
+    d = cloud.data
+    servers = _servers([f"{name}-master", f"{name}-worker-1"], cluster=name)
+    for s in servers:
+        s["metadata"]["deployer_expires_at"] = expires
+    d["compute_servers_detail"]["servers"] += servers
+    d["network_ports"]["ports"] += [{"id": f"p-{n}", "name": f"{name}-{n}-port", "network_id": "n1"} for n in ("master", "worker-1")]
+    d["network_floatingips"]["floatingips"].append({"id": "f1", "floating_ip_address": "203.0.113.7", "description": f"deployer {name} master"})
+    d["network_routers"]["routers"].append({"id": "r1", "name": f"{name}-router"})
+    d["network_subnets"]["subnets"].append({"id": "sn1", "name": f"{name}-subnet", "network_id": "n1"})
+    d["network_networks"]["networks"].append({"id": "n1", "name": f"{name}-net"})
+    d["network_security_groups"]["security_groups"] += [{"id": f"g-{r}", "name": f"{name}-{r}"} for r in ("cluster", "master")]
+    d["compute_keypairs"]["keypairs"].append({"keypair": {"name": f"{name}-key", "type": "ssh"}})
+    d["volume_volumes_detail"]["volumes"].append({"id": "v1", "name": f"{name}-shared", "status": "available", "size": 100,
+                                                  "metadata": {"deployer_cluster": name}})
+
+
+def test_gc_yes_deletes_a_cloud_only_cluster_by_its_metadata_and_proves_nothing_is_left(cloud, tmp_path):
+    from deployer import gc
+
+    _whole_cluster(cloud, "old", "2026-11-20T08:00:00Z")
+    cloud.data["compute_servers_detail"]["servers"] += _servers(["keep-master"], cluster="keep")  # no expiry: untouched
+    cloud.allow_delete = True
+    results = gc.collect_and_act(tmp_path / "no-state", cloud="testcloud", destroy=True, dry_run=False)
+    assert [(r["name"], r["action"]) for r in results] == [("old", "destroyed")]
+    done = [p.split("?")[0] for m, p in writes(cloud)]
+    # Servers first (a port or volume in use cannot go), the network after its router.
+    assert done[:2] == ["/compute/v2.1/servers/id-old-master", "/compute/v2.1/servers/id-old-worker-1"]
+    assert done.index("/network/v2.0/routers/r1/remove_router_interface") < done.index("/network/v2.0/routers/r1") < done.index("/network/v2.0/networks/n1")
+    assert f"/volume/v3/{fake_cloud.PROJECT_ID}/volumes/v1" in done and "/compute/v2.1/os-keypairs/old-key" in done
+    from deployer.providers.openstack_observe import observe
+
+    assert observe("old", ENV, []).remaining() == []
+    assert [s["name"] for s in cloud.data["compute_servers_detail"]["servers"]] == ["keep-master"]
+
+
+def test_deleting_by_metadata_refuses_a_name_no_server_vouches_for(cloud):
+    from deployer.providers.openstack_delete import delete_cluster
+
+    cloud.data["network_networks"]["networks"].append({"id": "n9", "name": "lab-net"})  # someone's network
+    cloud.allow_delete = True
+    with pytest.raises(OperationFailed, match="nothing proves 'lab' is a deployer cluster"):
+        delete_cluster(ENV, "lab", say=lambda _: None)
+    assert writes(cloud) == []
 
 
 # ---- pure helpers ------------------------------------------------------------------------------------------
