@@ -41,9 +41,16 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
             "node_role": node["role"],
             "node_index": i,
             "gpus": gpus(node),
+            "node_id": node.get("id"),
         }
     names = [n["name"] for n in cluster["nodes"]]
     m = spec.monitoring
+    auto_teardown = cluster["provider"] == "openstack" and spec.openstack.auto_teardown
+    teardown_id = None
+    if auto_teardown:
+        from .providers.openstack import read_teardown_credential
+
+        teardown_id = (read_teardown_credential(state) or {}).get("id")
     group_vars = {
         "deployer_cluster_name": cluster["name"],
         "deployer_provider": cluster["provider"],
@@ -67,6 +74,11 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
         "deployer_jupyter_enabled": spec.jupyter,
         "deployer_secrets_dir": str(state.secrets_dir),
         "deployer_repo_dir": str(assets_root()),
+        # The master's own teardown at expiry (roles/teardown_timer): the credential's id
+        # is here (not its secret) so that a renewed credential reconfigures the master.
+        "deployer_auto_teardown": auto_teardown,
+        "deployer_teardown_credential_id": teardown_id,
+        "deployer_teardown_script": str(Path(__file__).parent / "providers" / "openstack_teardown.py"),
     }
     return {
         "all": {

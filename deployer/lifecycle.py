@@ -251,6 +251,7 @@ def down(state: ClusterState) -> bool:
                 f"({provider.manual_cleanup_hint(state.name)}), then run `deployer down` again",
                 log=run_dir / "terraform.jsonl",
             )
+        provider.forget(state, env)
         ledger.note_down(state, provider.name)
         for item in state.dir.iterdir():
             if item.name in ("runs", "bench", "lock"):

@@ -81,6 +81,10 @@ class OpenStackSpec(_Strict):
     volume_type: str | None = Field(None, description="Cinder volume type of the shared volume; default: the cloud's")
     enable_gpu: bool = False
     nvidia_driver_install: bool = True
+    auto_teardown: bool = Field(
+        False, description="the master deletes the cluster's servers at its expiry (needs ttl), with an application credential "
+        "limited to listing and deleting servers; for when this machine is off"
+    )
     admin_cidr: ipaddress.IPv4Network = Field(
         ipaddress.IPv4Network("0.0.0.0/0"), description="who may SSH to the master"
     )
@@ -150,6 +154,8 @@ class ClusterSpec(_Strict):
                 "monitoring.expose needs monitoring.allowed_cidrs (e.g. [203.0.113.0/24]); "
                 "or leave expose off and use `deployer dashboard`"
             )
+        if self.openstack.auto_teardown and self.provider == "openstack" and self.ttl is None:
+            raise ValueError("openstack.auto_teardown needs a ttl (e.g. ttl: 8h): the master deletes the cluster when it expires")
         if m.expose and not m.grafana and any(c.prefixlen == 0 for c in m.allowed_cidrs):
             raise ValueError("exposing monitoring to 0.0.0.0/0 needs Grafana's login (monitoring.grafana: true)")
         return self
@@ -243,6 +249,7 @@ openstack:
   # dns_nameservers: [1.1.1.1, 8.8.8.8]  # of the created subnet
   enable_gpu: false
   nvidia_driver_install: true
+  auto_teardown: false  # true (with ttl): the master deletes the servers at expiry, even with this machine off
   admin_cidr: 0.0.0.0/0 # who may SSH to the master; narrow it
 
 terraform:

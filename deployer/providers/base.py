@@ -83,6 +83,10 @@ class Provider(Protocol):
         """Host-side settings that follow the cluster's size, after Terraform (local: each
         node's cores); returns a line for the user, or None."""
 
+    def forget(self, state: "ClusterState", env: dict[str, str]) -> None:
+        """After a destroy that left nothing: revoke what the provider made outside
+        Terraform for the cluster (OpenStack: the teardown credential)."""
+
     def boot_log_hint(self, node: str) -> str:
         """Where to look when `node` never answers SSH or cloud-init fails (a console-log command)."""
 

@@ -179,6 +179,9 @@ class LocalProvider:
             "driver": [sys.executable, "-m", "deployer.providers.lxc"],
         }
 
+    def forget(self, state: "ClusterState", env: dict[str, str]) -> None:
+        """Nothing outside Terraform to revoke locally."""
+
     def boot_log_hint(self, node: str) -> str:
         from . import lxc
 

@@ -7,6 +7,8 @@ keeps openstacksdk out of import time (openstack_preflight imports it lazily).
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,7 +98,36 @@ class OpenStackProvider:
         return f'openstack_compute_instance_v2.node["{node}"]'
 
     def prepare(self, spec: ClusterSpec, state: ClusterState) -> None:
-        """Nothing to build ahead of Terraform on a cloud."""
+        """The master's teardown credential (openstack.auto_teardown): made before the
+        nodes, renewed when the cluster now outlives it, revoked when the option is off."""
+        from . import openstack_appcred as appcred
+
+        record = read_teardown_credential(state)
+        life = state.read_record(state.lifetime_file)
+        env = self.terraform_env(spec)
+        if spec.openstack.auto_teardown and life:
+            if appcred.needs_new(record, life["expires_at"]):
+                made = appcred.create(env, spec.name, life["expires_at"])
+                _write_secret(teardown_credential_file(state), made)
+                if record:
+                    appcred.revoke(env, record)
+                ui.info(f"  teardown credential {made['name']}: the master deletes the servers at expiry (valid until {made['expires_at']})")
+        elif record:
+            appcred.revoke(env, record)
+            teardown_credential_file(state).unlink()
+            ui.info(f"  teardown credential {record['name']} revoked (auto_teardown is off)")
+
+    def forget(self, state: ClusterState, env: dict[str, str]) -> None:
+        record = read_teardown_credential(state)
+        if not record:
+            return
+        from .openstack_appcred import revoke
+
+        try:
+            revoke(env, record)
+        except OperationFailed as e:
+            ui.warn(f"{e}; it expires by itself at {record['expires_at']} "
+                    f"(or: openstack application credential delete {record['name']})")
 
     def observe(self, state: ClusterState, env: dict[str, str], nodes: list[str]) -> Observation:
         from .openstack_observe import observe
@@ -142,3 +173,22 @@ class OpenStackProvider:
         if checked is not None and checked.flavor == spec.openstack.flavor:
             return checked.gpus_per_node
         return max(1, spec.gpus_per_node)
+
+
+TEARDOWN_CREDENTIAL = "teardown_credential.json"  # in the state dir's secrets (0600)
+
+
+def teardown_credential_file(state: ClusterState) -> Path:
+    return state.secrets_dir / TEARDOWN_CREDENTIAL
+
+
+def read_teardown_credential(state: ClusterState) -> dict[str, Any] | None:
+    path = teardown_credential_file(state)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _write_secret(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)

@@ -13,17 +13,13 @@ that `down` uses must find nothing.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ..errors import OperationFailed
 from .openstack_observe import observe, session
 from .openstack_preflight import cloud_errors
+from .openstack_teardown import cluster_servers
 
 SERVER_DELETE_TIMEOUT_S = 600
-
-
-def _servers(conn: Any, cluster: str) -> list[Any]:
-    return [s for s in conn.compute.servers(details=True) if (s.metadata or {}).get("deployer_cluster") == cluster]
 
 
 def delete_cluster(env: dict[str, str], cluster: str, *, say=print) -> list[str]:
@@ -31,7 +27,7 @@ def delete_cluster(env: dict[str, str], cluster: str, *, say=print) -> list[str]
     the cluster has no server with its metadata, or when something is left."""
     deleted: list[str] = []
     with session(env) as conn, cloud_errors(conn, f"deleting cluster {cluster} by its metadata"):
-        servers = _servers(conn, cluster)
+        servers = cluster_servers(conn, cluster)
         if not servers:
             raise OperationFailed(f"no server carries deployer_cluster={cluster}: nothing proves {cluster!r} is a deployer cluster; "
                                   "delete by hand if it is")

@@ -77,7 +77,7 @@ def test_every_target_is_up(prom):
             pytest.fail(f"targets not up: {down}")
         time.sleep(5)
     jobs = {t["labels"]["job"] for t in targets}
-    assert {"prometheus", "node", "pushgateway"} <= jobs
+    assert {"prometheus", "node", "pushgateway", "jupyterlab"} <= jobs
 
 
 def test_every_node_is_scraped(prom, live_cluster):

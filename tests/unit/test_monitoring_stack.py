@@ -183,10 +183,15 @@ def test_every_panel_query_is_valid_promql(stack):
     assert not bad
 
 
+# Panels of services this stand-in does not run; test_monitoring_live checks them
+# against the real JupyterLab on the local cluster's master.
+NOT_IN_THIS_STACK = ('job="jupyterlab"',)
+
+
 def test_cluster_and_benchmark_panels_have_data(stack):
     checks = dashboard.check_dashboards(stack, rate_interval="30s")
     empty = [(c.query.dashboard, c.query.panel, c.expr, c.error) for c in checks
-             if c.query.dashboard != "deployer-gpu" and not c.has_data]
+             if c.query.dashboard != "deployer-gpu" and not c.has_data and not any(k in c.expr for k in NOT_IN_THIS_STACK)]
     assert not empty
 
 

@@ -1,0 +1,97 @@
+"""The master's own teardown at expiry (spec openstack.auto_teardown), and the server
+look-up both it and the controller use.
+
+This file runs in two places: imported by the deployer on the controller, and copied by
+the `teardown_timer` role to the master, where a systemd timer runs it every few
+minutes with an application credential that may only list and delete servers. So it
+needs openstacksdk and the standard library, nothing of the deployer.
+
+On the master it reads the expiry from its own server's metadata (deployer_expires_at,
+which `deployer up --ttl` keeps current), and once that is past, deletes the cluster's
+other servers, waits for them, and deletes its own server last. What it cannot delete
+(the master would cut off its own way to the API, or the resources are in use until it
+is gone): the ports, floating IP, router, network, security groups, key pair and the
+shared volume. Those cost no GPU-hours; `deployer down` or `deployer gc --yes` removes
+them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+CLUSTER_KEY = "deployer_cluster"
+EXPIRY_KEY = "deployer_expires_at"  # also terraform/openstack's metadata key (compute.tf, storage.tf)
+DELETE_WAIT_S = 600
+
+
+def cluster_servers(conn: Any, cluster: str) -> list[Any]:
+    """Every server whose metadata names the cluster (never by name alone)."""
+    return [s for s in conn.compute.servers(details=True) if (s.metadata or {}).get(CLUSTER_KEY) == cluster]
+
+
+def expiry(server: Any) -> datetime | None:
+    text = (server.metadata or {}).get(EXPIRY_KEY)
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def teardown(conn: Any, cluster: str, own_id: str, now: datetime, say=print) -> list[str]:
+    """If the master's expiry is past: delete the other servers, wait, then the master's
+    own (no wait: it is going). Returns the names deleted; [] while not expired."""
+    servers = cluster_servers(conn, cluster)
+    own = next((s for s in servers if s.id == own_id), None)
+    if own is None:
+        say(f"server {own_id} is not one of cluster {cluster}'s servers: nothing to do")
+        return []
+    until = expiry(own)
+    if until is None:
+        say(f"cluster {cluster} has no expiry ({EXPIRY_KEY}): nothing to do")
+        return []
+    if until > now:
+        say(f"cluster {cluster} expires at {until:%Y-%m-%dT%H:%M:%SZ}: nothing to do yet")
+        return []
+    others = [s for s in servers if s.id != own_id]
+    for s in others:
+        say(f"expired at {until:%Y-%m-%dT%H:%M:%SZ}: deleting {s.name}")
+        conn.compute.delete_server(s)
+    for s in others:
+        conn.compute.wait_for_delete(s, wait=DELETE_WAIT_S)
+    say(f"deleting this master, {own.name}; `deployer down` or `deployer gc --yes` removes the network, volume and key pair")
+    conn.compute.delete_server(own)
+    return [s.name for s in others] + [own.name]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Delete this deployer cluster's servers once its expiry has passed.")
+    p.add_argument("--cloud", required=True, help="clouds.yaml entry (the application credential)")
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--server-id", required=True, help="this master's server id")
+    p.add_argument("--check", action="store_true", help="authenticate and read the expiry; delete nothing")
+    args = p.parse_args(argv)
+    import openstack
+
+    conn = openstack.connect(cloud=args.cloud)
+    say = lambda m: print(m, flush=True)  # noqa: E731 (the journal takes stdout)
+    if args.check:
+        servers = cluster_servers(conn, args.cluster)
+        own = next((s for s in servers if s.id == args.server_id), None)
+        if own is None:
+            say(f"server {args.server_id} is not one of cluster {args.cluster}'s servers")
+            return 1
+        until = expiry(own)
+        say(f"credential works: {len(servers)} server(s) of {args.cluster}; expiry {until:%Y-%m-%dT%H:%M:%SZ}" if until
+            else f"credential works: {len(servers)} server(s) of {args.cluster}; no expiry set")
+        return 0
+    teardown(conn, args.cluster, args.server_id, datetime.now(UTC), say=say)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
