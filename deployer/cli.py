@@ -185,6 +185,16 @@ def _up_cluster(st) -> dict:
     return cluster
 
 
+def _cluster_with(name: str | None, state_dir: Path, what: str, key: str, is_on):
+    """(state, cluster, spec) of a cluster that is up and has `what` on in its spec."""
+    st = _state(name, state_dir)
+    cluster = _up_cluster(st)
+    spec = _spec_of(st)
+    if spec is not None and not is_on(spec):
+        raise UsageError(f"{what} is off for cluster {st.name!r} ({key}: false); set {key}: true and re-run `deployer up`")
+    return st, cluster, spec
+
+
 def _spec_of(st):
     from .spec import ClusterSpec
 
@@ -288,11 +298,7 @@ def dashboard(
     from . import dashboard as dash
     from .remote import ssh_argv
 
-    st = _state(name, state_dir)
-    cluster = _up_cluster(st)
-    spec = _spec_of(st)
-    if spec is not None and not spec.monitoring.enabled:
-        raise UsageError(f"monitoring is off for cluster {st.name!r} (monitoring: false); turn it on and re-run `deployer up`")
+    st, cluster, spec = _cluster_with(name, state_dir, "monitoring", "monitoring", lambda s: s.monitoring.enabled)
     master = cluster["nodes"][0]
     seen = dash.view(cluster, spec.monitoring.grafana if spec else True)
     base = ssh_argv(st, cluster, master)
@@ -334,11 +340,7 @@ def notebook(
     from . import notebook as nb
     from .remote import ssh_argv
 
-    st = _state(name, state_dir)
-    cluster = _up_cluster(st)
-    spec = _spec_of(st)
-    if spec is not None and not spec.jupyter:
-        raise UsageError(f"JupyterLab is off for cluster {st.name!r} (jupyter: false); set jupyter: true and re-run `deployer up`")
+    st, cluster, _ = _cluster_with(name, state_dir, "JupyterLab", "jupyter", lambda s: s.jupyter)
     base = ssh_argv(st, cluster, cluster["nodes"][0])
     password = nb.read_password(st.secrets_dir) if show_password else None
 
