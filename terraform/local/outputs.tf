@@ -1,5 +1,5 @@
 output "cluster" {
-  description = "The provider-blind cluster description (see shared/DESIGN.md, 'The cluster output contract')."
+  description = "The provider-blind cluster description (see docs/architecture.md, 'The `cluster` output contract')."
   value = {
     name       = var.cluster_name
     provider   = "local"

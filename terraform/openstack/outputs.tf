@@ -1,5 +1,5 @@
 output "cluster" {
-  description = "The provider-blind cluster description (shared/DESIGN.md, 'The cluster output contract'), plus shared_device and cluster_cidr for the NFS roles."
+  description = "The provider-blind cluster description (docs/architecture.md, 'The `cluster` output contract'), plus shared_device and cluster_cidr for the NFS roles."
   value = {
     name       = var.cluster_name
     provider   = "openstack"

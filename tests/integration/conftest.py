@@ -86,7 +86,7 @@ class LiveCluster:
     bench_stderr: str = ""
 
 
-# The integration run: a tiny model so it fits a 2-core CI machine.
+# The integration run's benchmark: a tiny model so it fits a 2-core CI machine.
 BENCH_ARGS = ["bench", "--nodes", "1,2", "--model", "resnet18", "--image-size", "32", "--batch-size", "8",
               "--num-iters", "2", "--num-batches-per-iter", "3", "--num-warmup-batches", "1",
               "--allreduce-max", "4M", "--net", "--timeline", "--json"]

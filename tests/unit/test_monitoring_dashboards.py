@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "monitoring" / "grafana"
 DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
 DS = {"type": "prometheus", "uid": "prometheus"}
-# uids are part of the contract: links, bookmarks and the lead's CLI use them.
+# uids are part of the contract: links, bookmarks and the deployer's own checks use them.
 EXPECTED_UIDS = {"cluster": "deployer-cluster", "gpu": "deployer-gpu", "benchmarks": "deployer-benchmarks"}
 BUILTIN_VARS = {"__rate_interval", "__interval", "__range", "__interval_ms", "__range_s"}
 

@@ -1,6 +1,6 @@
 """The OpenStack-only roles (nfs_server, nfs_client, nvidia_driver) without a cloud.
 
-Kernel NFS and NVIDIA drivers never run in this sandbox (DESIGN.md), so these check
+Kernel NFS and NVIDIA drivers never run on this machine (docs/architecture.md), so these check
 what can be checked here: playbook syntax, ansible-lint's production profile when it
 is installed, defaults against meta/argument_specs.yml, the templates rendered by
 Ansible itself, and nvidia_driver's skip paths run for real (check mode) on this
