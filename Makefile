@@ -9,7 +9,7 @@ APT_PACKAGES := lxc debootstrap nftables iproute2 openssh-client openmpi-bin lib
                 prometheus prometheus-pushgateway prometheus-node-exporter pciutils python3-venv \
                 openssh-server chromium chromium-driver
 
-.PHONY: deps demo test unit integration lint clean-demo
+.PHONY: deps demo test fast unit integration lint clean-demo
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -33,6 +33,10 @@ demo: deps
 
 test: deps
 	$(PY) -m pytest tests/unit tests/integration
+
+# No root, no cluster, no real torch/Prometheus/Ansible run: under a minute (tests/conftest.py).
+fast: deps
+	$(PY) -m pytest -m "not integration and not slow" tests
 
 unit: deps
 	$(PY) -m pytest tests/unit

@@ -412,3 +412,36 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     bench_report.write_files(report, outdir)
     ui.ok(f"results in {outdir}")
     return report
+
+
+def run_on_cluster(state: Any, cluster: dict[str, Any], opts: BenchOptions) -> dict[str, Any]:
+    """The sweep on the master, under the cluster's bench lock (one benchmark at a time);
+    on Ctrl-C no rank is left running on any node."""
+    from deployer.remote import MasterRunner
+
+    runner = MasterRunner(state, cluster)
+    with state.lock("bench"):
+        run_id = time.strftime("%Y%m%d-%H%M%S")
+        try:
+            return run_bench(runner, cluster, opts, run_id, state.bench_dir / run_id)
+        except KeyboardInterrupt:
+            runner.run(cleanup_cmd(cluster), timeout=60)
+            raise
+
+
+def push_results(state: Any, cluster: dict[str, Any], report: dict[str, Any]) -> bool:
+    """The report -> the Pushgateway on the master, through an SSH tunnel (-> Grafana's
+    Benchmarks dashboard). A failure is a warning: the results are in the state dir."""
+    from deployer import metrics
+    from deployer.remote import ssh_argv
+    from deployer.tunnel import open_tunnel
+
+    master = cluster["nodes"][0]
+    try:
+        with open_tunnel(ssh_argv(state, cluster, master), master["private_ip"], metrics.PUSHGATEWAY_PORT) as port:
+            metrics.push_bench_results(f"http://127.0.0.1:{port}", report)
+    except (OperationFailed, OSError) as e:
+        ui.warn(f"results not pushed to the Pushgateway ({e}); they are saved in the state dir")
+        return False
+    ui.ok("results pushed to the Pushgateway (deployer_bench_* series; Grafana: Benchmarks dashboard)")
+    return True

@@ -284,3 +284,13 @@ def allreduce_table(report: dict[str, Any]) -> Table:
                   f"{r['busbw_gb_s']:.2f}", _num(r["busbw_gb_s"] / gb if gb else None, ".0%"),
                   _num(r["busbw_gb_s"] / gb2 if gb2 else None, ".0%"), str(r["wrong"]))
     return t
+
+
+def tables(report: dict[str, Any]) -> list[Table]:
+    """What `deployer bench` prints: throughput, then all-reduce and the network when measured."""
+    out = [results_table(report)]
+    if report.get("allreduce"):
+        out.append(allreduce_table(report))
+    if report.get("network"):
+        out.append(network_table(report))
+    return out

@@ -226,11 +226,8 @@ def bench(
     json_out: JsonOpt = False,
 ) -> None:
     """ResNet data-parallel + allreduce scaling study across 1..N nodes, run on the master."""
-    import time
-
     from . import bench as bench_mod
     from . import bench_report
-    from .remote import MasterRunner
 
     st = _state(name, state_dir)
     cluster = _up_cluster(st)
@@ -240,41 +237,14 @@ def bench(
         threads=threads, amp=amp, channels_last=channels_last, fp16_allreduce=fp16_allreduce,
         allreduce_max=allreduce_max, net=net, timeline=timeline, run_timeout_s=timeout,
     )
-    runner = MasterRunner(st, cluster)
-    with st.lock("bench"):
-        run_id = time.strftime("%Y%m%d-%H%M%S")
-        try:
-            report = bench_mod.run_bench(runner, cluster, opts, run_id, st.bench_dir / run_id)
-        except KeyboardInterrupt:
-            runner.run(bench_mod.cleanup_cmd(cluster), timeout=60)  # leave no rank running
-            raise
+    report = bench_mod.run_on_cluster(st, cluster, opts)
     spec = _spec_of(st)
     if spec is None or spec.monitoring.enabled:
-        _push_results(st, cluster, report)
-    ui.err.print(bench_report.results_table(report))
-    if report.get("allreduce"):
-        ui.err.print(bench_report.allreduce_table(report))
-    if report.get("network"):
-        ui.err.print(bench_report.network_table(report))
+        bench_mod.push_results(st, cluster, report)
+    for table in bench_report.tables(report):
+        ui.err.print(table)
     if json_out:
         ui.print_json(report)
-
-
-def _push_results(st, cluster: dict, report: dict) -> None:
-    """Results -> the Pushgateway on the master (-> Grafana's Benchmarks dashboard)."""
-    from . import metrics
-    from .dashboard import PUSHGATEWAY
-    from .errors import OperationFailed
-    from .remote import ssh_argv
-    from .tunnel import open_tunnel
-
-    master = cluster["nodes"][0]
-    try:
-        with open_tunnel(ssh_argv(st, cluster, master), master["private_ip"], PUSHGATEWAY.port) as port:
-            metrics.push_bench_results(f"http://127.0.0.1:{port}", report)
-        ui.ok("results pushed to the Pushgateway (deployer_bench_* series; Grafana: Benchmarks dashboard)")
-    except (OperationFailed, OSError) as e:
-        ui.warn(f"results not pushed to the Pushgateway ({e}); they are saved in the state dir")
 
 
 def _show_dashboard(desc: dict, json_out: bool) -> None:
@@ -297,34 +267,20 @@ def dashboard(
     """SSH tunnel to Grafana and Prometheus on the master; prints the local URLs."""
     from . import dashboard as dash
     from .remote import ssh_argv
+    from .tunnel import hold
 
     st, cluster, spec = _cluster_with(name, state_dir, "monitoring", "monitoring", lambda s: s.monitoring.enabled)
     master = cluster["nodes"][0]
-    seen = dash.view(cluster, spec.monitoring.grafana if spec else True)
+    seen = dash.view(cluster, spec.monitoring.grafana if spec else True, exposed=bool(spec and spec.monitoring.expose))
     base = ssh_argv(st, cluster, master)
-    common = dict(grafana=seen["grafana"], wanted=seen["wanted"], direct=seen["direct"], secrets_dir=st.secrets_dir)
+    common = dict(grafana=seen["grafana"], wanted=seen["wanted"], direct=seen["direct"], public_host=seen["public_host"],
+                  secrets_dir=st.secrets_dir)
     if print_only:
         _show_dashboard(dash.describe(master["private_ip"], ssh_base_cmd=base, **common), json_out)
         return
     with dash.open_dashboard(base, master["private_ip"], grafana=seen["grafana"]) as ports:
         _show_dashboard(dash.describe(master["private_ip"], local_ports=ports, **common), json_out)
-        _hold_tunnel()
-
-
-def _hold_tunnel() -> None:
-    """Keep the tunnel open until Ctrl-C (or SIGTERM)."""
-    import signal
-    import time
-
-    # Also when started in the background, where the shell leaves SIGINT ignored.
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.default_int_handler)
-    ui.info("tunnel open; Ctrl-C closes it")
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        ui.ok("tunnel closed")
+        hold()
 
 
 @app.command()
@@ -339,6 +295,7 @@ def notebook(
     """SSH tunnel to JupyterLab on the master; prints the local URL and where the password is."""
     from . import notebook as nb
     from .remote import ssh_argv
+    from .tunnel import hold
 
     st, cluster, _ = _cluster_with(name, state_dir, "JupyterLab", "jupyter", lambda s: s.jupyter)
     base = ssh_argv(st, cluster, cluster["nodes"][0])
@@ -358,7 +315,7 @@ def notebook(
         return
     with nb.open_notebook(base, nb.choose_port(port)) as local_port:
         show(local_port, tunnel_open=True)
-        _hold_tunnel()
+        hold()
 
 
 @app.command()

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import ui
 from .errors import OperationFailed
 
 LAST_PORT = 65535
@@ -166,3 +167,18 @@ def open_tunnel(ssh_base_cmd: Sequence[str], remote_host: str, remote_port: int,
     """`ssh -N -L 127.0.0.1:<free>:<remote_host>:<remote_port>`; yields the local port once it accepts."""
     with open_tunnels(ssh_base_cmd, {"target": (remote_host, remote_port)}, timeout=timeout) as ports:
         yield ports["target"]
+
+
+def hold() -> None:
+    """Keep an open tunnel until Ctrl-C or SIGTERM (`deployer dashboard`, `notebook`)."""
+    import signal
+
+    # Also when started in the background, where the shell leaves SIGINT ignored.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
+    ui.info("tunnel open; Ctrl-C closes it")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        ui.ok("tunnel closed")

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from deployer import dashboard
+from tests import dashboard_checks as dashboard
 
 pytestmark = pytest.mark.integration
 

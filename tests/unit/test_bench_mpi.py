@@ -22,6 +22,7 @@ BENCH = ROOT / "benchmarks"
 
 missing = [m for m in ("torch", "mpi4py", "numpy") if importlib.util.find_spec(m) is None]
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun (Open MPI) is not installed"),
     pytest.mark.skipif(bool(missing), reason=f"python packages missing: {', '.join(missing)}"),
 ]

@@ -16,6 +16,8 @@ import yaml
 
 from tests.unit.test_monitoring_ansible import ANSIBLE_PLAYBOOK, REPO, ROLES_DIR, inventory, render_prometheus_config, run_playbook
 
+pytestmark = pytest.mark.slow  # Ansible renders the roles (a playbook run each)
+
 ROLE = ROLES_DIR / "jupyterlab"
 needs_ansible = pytest.mark.skipif(ANSIBLE_PLAYBOOK is None, reason="ansible-playbook not installed (pip install ansible-core)")
 LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}

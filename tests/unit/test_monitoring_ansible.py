@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # Ansible renders the roles (a playbook run each)
+
 REPO = Path(__file__).resolve().parents[2]
 ROLES_DIR = REPO / "ansible" / "roles"
 ROLES = ["node_exporter", "prometheus", "pushgateway", "grafana", "dcgm_exporter"]

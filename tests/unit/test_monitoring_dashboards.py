@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployer import dashboard, metrics
+from deployer import metrics
+from tests import dashboard_checks as dashboard
 
 REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "monitoring" / "grafana"

@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployer import dashboard, metrics
+from deployer import metrics
+from tests import dashboard_checks as dashboard
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES_DIR = REPO / "ansible" / "roles"
@@ -38,9 +39,9 @@ BINARIES = {
     "pushgateway": shutil.which("prometheus-pushgateway") or shutil.which("pushgateway"),
 }
 missing = [n for n, path in BINARIES.items() if path is None] + ([] if ANSIBLE_PLAYBOOK else ["ansible-playbook"])
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     bool(missing), reason=f"not installed: {', '.join(missing)} (apt-get install prometheus prometheus-node-exporter prometheus-pushgateway)"
-)
+)]
 
 RESULT = {
     "run_id": "20250101T120000Z",

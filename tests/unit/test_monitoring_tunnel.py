@@ -181,7 +181,7 @@ def test_describe_print_without_tunnel_gives_a_command(tmp_path):
 def test_describe_local_is_direct_and_says_why_no_grafana(tmp_path):
     local = {"name": "d", "grafana_installable": False, "nodes": [{"name": "d-master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10"}]}
     seen = dashboard.view(local, grafana_wanted=True)
-    assert seen == {"grafana": False, "wanted": True, "direct": True}
+    assert seen == {"grafana": False, "wanted": True, "direct": True, "public_host": None}
     d = dashboard.describe("10.77.0.10", grafana=seen["grafana"], wanted=seen["wanted"], direct=seen["direct"], secrets_dir=tmp_path)
     assert [e["name"] for e in d["services"]] == ["prometheus", "pushgateway"]
     assert d["services"][0]["url"] == "http://10.77.0.10:9090/"
@@ -192,14 +192,25 @@ def test_describe_local_is_direct_and_says_why_no_grafana(tmp_path):
 def test_view_of_a_cloud_cluster():
     cloud = {"name": "d", "grafana_installable": True,
              "nodes": [{"name": "d-master", "private_ip": "192.168.77.10", "public_ip": "203.0.113.7"}]}
-    assert dashboard.view(cloud, grafana_wanted=True) == {"grafana": True, "wanted": True, "direct": False}
+    assert dashboard.view(cloud, grafana_wanted=True) == {"grafana": True, "wanted": True, "direct": False, "public_host": None}
     assert dashboard.view(cloud, grafana_wanted=False)["grafana"] is False
 
 
-def test_describe_exposed_uses_the_public_address(tmp_path):
-    d = dashboard.describe("192.168.77.10", grafana=True, secrets_dir=tmp_path,
-                           public_host="203.0.113.7")
-    assert d["services"][0]["url"] == "http://203.0.113.7:3000/"
+def test_an_exposed_cloud_cluster_shows_its_public_address(tmp_path):
+    cloud = {"name": "d", "grafana_installable": True,
+             "nodes": [{"name": "d-master", "private_ip": "192.168.77.10", "public_ip": "203.0.113.7"}]}
+    seen = dashboard.view(cloud, grafana_wanted=True, exposed=True)
+    assert seen["public_host"] == "203.0.113.7"
+    common = dict(grafana=True, secrets_dir=tmp_path, public_host=seen["public_host"])
+    printed = dashboard.describe("192.168.77.10", **common)  # --print: no tunnel, the public URL
+    assert printed["services"][0]["url"] == "http://203.0.113.7:3000/"
+    tunnelled = dashboard.describe("192.168.77.10", local_ports={"grafana": 41000, "prometheus": 41001, "pushgateway": 41002}, **common)
+    assert tunnelled["services"][0]["url"] == "http://127.0.0.1:41000/"
+    assert "(exposed: http://203.0.113.7:3000/)" in dashboard.render(tunnelled)[0]
+    # Not exposed, or a local cluster (public == private): no public address.
+    assert dashboard.view(cloud, grafana_wanted=True)["public_host"] is None
+    local = {"name": "d", "nodes": [{"name": "d-master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10"}]}
+    assert dashboard.view(local, grafana_wanted=True, exposed=True)["public_host"] is None
 
 
 # ------------------------------------------------------------------ against a real sshd

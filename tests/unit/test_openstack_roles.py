@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # Ansible renders the roles (a playbook run each)
+
 ROOT = Path(__file__).resolve().parents[2]
 ROLES_DIR = ROOT / "ansible" / "roles"
 ROLES = ("nfs_server", "nfs_client", "nvidia_driver")

@@ -110,6 +110,7 @@ def test_down_revokes_the_credential(cloud, tmp_path):  # noqa: F811
     assert cloud.revoked == [read_teardown_credential(st)["id"]]
 
 
+@pytest.mark.slow  # Ansible renders the role's templates
 def test_the_master_gets_the_credential_root_only_and_a_timer(tmp_path):
     if ANSIBLE_PLAYBOOK is None:
         pytest.skip("ansible-playbook not installed (pip install ansible-core)")

@@ -1,5 +1,7 @@
-"""Last of the integration modules (name order): down leaves nothing behind, even
-without the spec record, and never forgets a cluster while something of it remains."""
+"""Down leaves nothing behind, even without the spec record, and never forgets a cluster
+while something of it remains. It destroys the shared cluster, so it is marked
+`destroys_cluster`: tests/conftest.py runs it after every other test, whatever the
+file names."""
 
 from __future__ import annotations
 
@@ -9,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.destroys_cluster
 
 
 def _containers() -> list[str]:
     return [c for c in subprocess.run(["lxc-ls", "-1"], capture_output=True, text=True).stdout.split() if c.startswith("itest-")]
 
 
-def test_zz_down_without_the_spec_record_refuses_to_forget_a_stray_then_leaves_nothing(local_cluster):
+def test_down_without_the_spec_record_refuses_to_forget_a_stray_then_leaves_nothing(local_cluster):
     # The spec record lost: down works from what was recorded at creation (origin.json)
     # and Terraform's state.
     (local_cluster.state / "spec.json").unlink()

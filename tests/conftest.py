@@ -1,0 +1,23 @@
+"""Test tiers (README, "Tests"):
+
+- fast: `pytest -m "not integration and not slow"` (`make fast`): no root, no cluster,
+  no real torch/mpirun, Prometheus or Ansible run; under a minute.
+- slow: real parts that need no root (mpirun + torch benchmarks, Prometheus and its
+  exporters, Ansible rendering the roles, ansible-lint); `make unit` runs both.
+- integration: a real local cluster (root, LXC); every test under tests/integration.
+
+Order: a test marked `destroys_cluster` (it tears the shared local cluster down) runs
+after every other test; nothing else depends on the order of files or names.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "tests/integration/" in item.nodeid.replace("\\", "/"):
+            item.add_marker(pytest.mark.integration)
+    # Stable: the destroying tests keep their own order, after all the others.
+    items.sort(key=lambda item: item.get_closest_marker("destroys_cluster") is not None)
