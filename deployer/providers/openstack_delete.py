@@ -4,18 +4,16 @@ For `deployer gc`, when the cloud's metadata says a cluster has expired and no s
 it is here (made on another machine, or the laptop is gone). What is deleted, in the
 order the APIs need: the servers that carry `deployer_cluster=<name>` (and only when
 there is at least one: the metadata is the proof the name is a deployer cluster's),
-then what terraform/openstack names after the cluster: its ports, the master's floating
-IP, the router (interfaces first), the network and subnet, the security groups, the
-key pair, the shared volume (only with the same metadata). Afterwards the same look
+then what carries the cluster's tag (terraform/openstack's local.tags): its ports, the
+master's floating IP, the router (interfaces first), the subnet and network, the
+security groups; the key pair by its name; the shared volume by its metadata. Afterwards the same look
 that `down` uses must find nothing.
 """
 
 from __future__ import annotations
 
-import re
-
 from ..errors import OperationFailed
-from .openstack_observe import observe, session
+from .openstack_observe import observe, session, tagged
 from .openstack_preflight import cloud_errors
 from .openstack_teardown import cluster_servers
 
@@ -37,41 +35,34 @@ def delete_cluster(env: dict[str, str], cluster: str, *, say=print) -> list[str]
             deleted.append(f"server {s.name}")
         for s in servers:
             conn.compute.wait_for_delete(s, wait=SERVER_DELETE_TIMEOUT_S)
-        ports = re.compile(f"^{re.escape(cluster)}-(master|worker-[0-9]+)-port$")
-        for f in conn.network.ips():
-            if (f.description or "") == f"deployer {cluster} master":
-                conn.network.delete_ip(f)
-                deleted.append(f"floating IP {f.floating_ip_address}")
-        for p in conn.network.ports():
-            if p.name and ports.match(p.name):
-                conn.network.delete_port(p)
-                deleted.append(f"port {p.name}")
-        subnets = [s for s in conn.network.subnets() if s.name == f"{cluster}-subnet"]
-        for r in conn.network.routers():
-            if r.name == f"{cluster}-router":
-                for sn in subnets:
-                    conn.network.remove_interface_from_router(r, subnet_id=sn.id)
-                conn.network.delete_router(r)
-                deleted.append(f"router {r.name}")
-        for n in conn.network.networks():
-            if n.name == f"{cluster}-net":
-                for sn in subnets:
-                    conn.network.delete_subnet(sn)
-                conn.network.delete_network(n)
-                deleted.append(f"network {n.name}")
-        for g in conn.network.security_groups():
-            if g.name in (f"{cluster}-cluster", f"{cluster}-master"):
-                conn.network.delete_security_group(g)
-                deleted.append(f"security group {g.name}")
-        if conn.compute.find_keypair(f"{cluster}-key", ignore_missing=True):
-            conn.compute.delete_keypair(f"{cluster}-key")
-            deleted.append(f"key pair {cluster}-key")
-        for v in conn.block_storage.volumes(name=f"{cluster}-shared"):
-            if (v.metadata or {}).get("deployer_cluster") == cluster:
-                if v.status != "available":  # still detaching from the deleted master
-                    conn.block_storage.wait_for_status(v, "available", failures=["error"], wait=SERVER_DELETE_TIMEOUT_S)
-                conn.block_storage.delete_volume(v)
-                deleted.append(f"volume {v.name}")
+        found = tagged(conn, cluster)
+        for f in found["floating IP"]:
+            conn.network.delete_ip(f)
+            deleted.append(f"floating IP {f.floating_ip_address}")
+        for p in found["port"]:
+            conn.network.delete_port(p)
+            deleted.append(f"port {p.name}")
+        for r in found["router"]:
+            for sn in found["subnet"]:
+                conn.network.remove_interface_from_router(r, subnet_id=sn.id)
+            conn.network.delete_router(r)
+            deleted.append(f"router {r.name}")
+        for sn in found["subnet"]:
+            conn.network.delete_subnet(sn)
+        for n in found["network"]:
+            conn.network.delete_network(n)
+            deleted.append(f"network {n.name}")
+        for g in found["security group"]:
+            conn.network.delete_security_group(g)
+            deleted.append(f"security group {g.name}")
+        for k in found["key pair"]:
+            conn.compute.delete_keypair(k)
+            deleted.append(f"key pair {k.name}")
+        for v in found["volume"]:
+            if v.status != "available":  # still detaching from the deleted master
+                conn.block_storage.wait_for_status(v, "available", failures=["error"], wait=SERVER_DELETE_TIMEOUT_S)
+            conn.block_storage.delete_volume(v)
+            deleted.append(f"volume {v.name}")
     left = observe(cluster, env, []).remaining()
     if left:
         raise OperationFailed(f"deleting {cluster} by its metadata left {', '.join(left)}; remove them by hand "

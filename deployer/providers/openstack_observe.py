@@ -1,7 +1,8 @@
 """What of a cluster exists in the OpenStack project: observe, start, and the proof for `down`.
 
 Servers are this cluster's by the metadata terraform/openstack sets (deployer_cluster),
-never by name alone; the other resources by the names the module gives them. Works from
+never by name alone; the network resources by the module's tag, the volume by its
+metadata, the key pair (which can carry neither) by its name. Works from
 the environment recorded when the cluster was made (OS_CLOUD, the clouds.yaml path), so
 `down` needs no spec.
 """
@@ -9,7 +10,6 @@ the environment recorded when the cluster was made (OS_CLOUD, the clouds.yaml pa
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,17 +50,34 @@ def start(cluster: str, env: dict[str, str], server_ids: list[str]) -> None:
             conn.compute.start_server(sid)
 
 
-def _other(conn: Any, name: str) -> list[str]:
-    """The cluster's non-server resources, by the names terraform/openstack gives them."""
-    ports = re.compile(f"^{re.escape(name)}-(master|worker-[0-9]+)-port$")
-    found = [f"volume {v.name}" for v in conn.block_storage.volumes(name=f"{name}-shared")]
-    found += [f"port {p.name}" for p in conn.network.ports() if p.name and ports.match(p.name)]
-    found += [f"security group {g.name}" for g in conn.network.security_groups() if g.name in (f"{name}-cluster", f"{name}-master")]
-    found += [f"router {r.name}" for r in conn.network.routers() if r.name == f"{name}-router"]
-    found += [f"network {n.name}" for n in conn.network.networks() if n.name == f"{name}-net"]
-    found += [f"floating IP {f.floating_ip_address}" for f in conn.network.ips() if (f.description or "") == f"deployer {name} master"]
-    if conn.compute.find_keypair(f"{name}-key", ignore_missing=True):  # made by the module when no key_pair is named
-        found.append(f"key pair {name}-key")
+def cluster_tag(cluster: str) -> str:
+    """The Neutron tag terraform/openstack puts on the cluster's network resources (main.tf, local.tags)."""
+    return f"deployer-cluster-{cluster}"
+
+
+def tagged(conn: Any, cluster: str) -> dict[str, list[Any]]:
+    """The cluster's non-server resources, by its tag (Neutron) or metadata (Cinder);
+    key pairs carry neither, so the key pair goes by the name the module gives it."""
+    tag = cluster_tag(cluster)
+    return {
+        "floating IP": list(conn.network.ips(tags=tag)),
+        "port": list(conn.network.ports(tags=tag)),
+        "router": list(conn.network.routers(tags=tag)),
+        "subnet": list(conn.network.subnets(tags=tag)),
+        "network": list(conn.network.networks(tags=tag)),
+        "security group": list(conn.network.security_groups(tags=tag)),
+        "volume": [v for v in conn.block_storage.volumes() if (v.metadata or {}).get("deployer_cluster") == cluster],
+        "key pair": [k for k in [conn.compute.find_keypair(f"{cluster}-key", ignore_missing=True)] if k],
+    }
+
+
+def _other(conn: Any, cluster: str) -> list[str]:
+    """What of the cluster exists besides its servers, for `down`'s proof."""
+    found = []
+    for kind, items in tagged(conn, cluster).items():
+        if kind == "subnet":
+            continue  # goes with its network
+        found += [f"{kind} {getattr(i, 'floating_ip_address', None) or i.name}" for i in items]
     return found
 
 

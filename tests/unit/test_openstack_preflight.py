@@ -484,8 +484,14 @@ def test_observe_states_ids_and_what_remains(cloud):
     servers.append({"id": "s2", "name": "demo-worker-2", "status": "ACTIVE", "metadata": {}})  # a look-alike, not ours
     servers.append({"id": "s3", "name": "demo-workers", "status": "ACTIVE", "metadata": {"deployer_cluster": "demo"}})
     cloud.data["compute_servers_detail"]["servers"] = servers
-    cloud.data["volume_volumes_detail"]["volumes"] = [{"id": "v1", "name": "demo-shared", "status": "available", "size": 100}]
-    cloud.data["network_security_groups"]["security_groups"].append({"id": "g1", "name": "demo-cluster"})
+    cloud.data["volume_volumes_detail"]["volumes"] = [
+        {"id": "v1", "name": "demo-shared", "status": "available", "size": 100, "metadata": {"deployer_cluster": "demo"}},
+        {"id": "v2", "name": "demo-shared", "status": "available", "size": 100, "metadata": {}},  # a look-alike: not ours
+    ]
+    cloud.data["network_security_groups"]["security_groups"] += [
+        {"id": "g1", "name": "demo-cluster", "tags": ["deployer", "deployer-cluster-demo"]},
+        {"id": "g2", "name": "demo-master", "tags": []},  # someone's group with a look-alike name: not ours
+    ]
     cloud.data["compute_keypairs"]["keypairs"].append({"keypair": {"name": "demo-key", "type": "ssh"}})
     seen = observe("demo", ENV, ["demo-master", "demo-worker-1", "demo-worker-2"])
     assert {n: (m.state, m.id) for n, m in seen.nodes.items()} == {
@@ -496,7 +502,7 @@ def test_observe_states_ids_and_what_remains(cloud):
     assert seen.extra == ["demo-worker-3"]
     assert seen.remaining() == [
         "node demo-master", "node demo-worker-1", "node demo-worker-3",
-        "volume demo-shared", "security group demo-cluster", "key pair demo-key",
+        "security group demo-cluster", "volume demo-shared", "key pair demo-key",
     ]
 
 
@@ -544,18 +550,23 @@ def test_gc_finds_expired_clusters_by_server_metadata_without_any_state(cloud, t
 
 
 def _whole_cluster(cloud, name, expires):
-    """What terraform/openstack makes for a 2-node cluster, as the APIs list it."""
+    """What terraform/openstack makes for a 2-node cluster, as the APIs list it (tags:
+    main.tf's local.tags), and a look-alike network of someone else's, untagged."""
     d = cloud.data
+    tags = ["deployer", f"deployer-cluster-{name}"]
+    d["network_networks"]["networks"].append({"id": "n-other", "name": f"{name}-net"})
     servers = _servers([f"{name}-master", f"{name}-worker-1"], cluster=name)
     for s in servers:
         s["metadata"]["deployer_expires_at"] = expires
     d["compute_servers_detail"]["servers"] += servers
-    d["network_ports"]["ports"] += [{"id": f"p-{n}", "name": f"{name}-{n}-port", "network_id": "n1"} for n in ("master", "worker-1")]
-    d["network_floatingips"]["floatingips"].append({"id": "f1", "floating_ip_address": "203.0.113.7", "description": f"deployer {name} master"})
-    d["network_routers"]["routers"].append({"id": "r1", "name": f"{name}-router"})
-    d["network_subnets"]["subnets"].append({"id": "sn1", "name": f"{name}-subnet", "network_id": "n1"})
-    d["network_networks"]["networks"].append({"id": "n1", "name": f"{name}-net"})
-    d["network_security_groups"]["security_groups"] += [{"id": f"g-{r}", "name": f"{name}-{r}"} for r in ("cluster", "master")]
+    d["network_ports"]["ports"] += [{"id": f"p-{n}", "name": f"{name}-{n}-port", "network_id": "n1", "tags": tags}
+                                    for n in ("master", "worker-1")]
+    d["network_floatingips"]["floatingips"].append({"id": "f1", "floating_ip_address": "203.0.113.7", "tags": tags,
+                                                    "description": f"deployer {name} master"})
+    d["network_routers"]["routers"].append({"id": "r1", "name": f"{name}-router", "tags": tags})
+    d["network_subnets"]["subnets"].append({"id": "sn1", "name": f"{name}-subnet", "network_id": "n1", "tags": tags})
+    d["network_networks"]["networks"].append({"id": "n1", "name": f"{name}-net", "tags": tags})
+    d["network_security_groups"]["security_groups"] += [{"id": f"g-{r}", "name": f"{name}-{r}", "tags": tags} for r in ("cluster", "master")]
     d["compute_keypairs"]["keypairs"].append({"keypair": {"name": f"{name}-key", "type": "ssh"}})
     d["volume_volumes_detail"]["volumes"].append({"id": "v1", "name": f"{name}-shared", "status": "available", "size": 100,
                                                   "metadata": {"deployer_cluster": name}})
@@ -578,6 +589,7 @@ def test_gc_yes_deletes_a_cloud_only_cluster_by_its_metadata_and_proves_nothing_
 
     assert observe("old", ENV, []).remaining() == []
     assert [s["name"] for s in cloud.data["compute_servers_detail"]["servers"]] == ["keep-master"]
+    assert "n-other" in [n["id"] for n in cloud.data["network_networks"]["networks"]], "by tag, not by name: the look-alike stays"
 
 
 def test_deleting_by_metadata_refuses_a_name_no_server_vouches_for(cloud):

@@ -343,6 +343,14 @@ def test_openstack_tfvars_carry_the_recorded_expiry(state):
     assert openstack_tfvars(state)["expires_at"] == "2026-11-23T20:00:00Z"
 
 
+def test_the_tag_the_module_sets_is_the_one_the_deployer_looks_for():
+    from deployer.providers.openstack_observe import cluster_tag
+
+    main = hcl2.loads((MODULES["openstack"] / "main.tf").read_text())
+    tags = [t.strip('"') for t in next(loc["tags"] for loc in main["locals"] if "tags" in loc)]
+    assert cluster_tag("${var.cluster_name}") in tags
+
+
 def test_openstack_servers_and_volume_carry_the_expiry_metadata():
     for f in ("compute.tf", "storage.tf"):
         text = (MODULES["openstack"] / f).read_text()
