@@ -90,7 +90,7 @@ class OpenStackProvider:
         return {k: v for k, v in values.items() if v is not None}
 
     def terraform_env(self, spec: ClusterSpec) -> dict[str, str]:
-        from .openstack_preflight import client_config_env
+        from .openstack_session import client_config_env
 
         return client_config_env(spec.openstack.cloud)
 

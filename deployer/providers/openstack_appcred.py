@@ -18,7 +18,7 @@ from typing import Any
 
 from ..lifetime import iso, parse_iso
 from .openstack_observe import session
-from .openstack_preflight import cloud_errors
+from .openstack_session import cloud_errors
 
 MARGIN = timedelta(days=1)  # past the cluster's expiry: the timer's last tries still authenticate
 

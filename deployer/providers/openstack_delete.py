@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..errors import OperationFailed
 from .openstack_observe import observe, session, tagged
-from .openstack_preflight import cloud_errors
+from .openstack_session import cloud_errors
 from .openstack_teardown import cluster_servers
 
 SERVER_DELETE_TIMEOUT_S = 600

@@ -15,7 +15,8 @@ from typing import Any
 
 from ..terraform import environment
 from .base import Machine, Observation
-from .openstack_preflight import cloud_errors, connect, own_servers, quiet_sdk_logs
+from .openstack_preflight import own_servers
+from .openstack_session import cloud_errors, connect, quiet_sdk_logs
 
 # Nova statuses of a server that exists but does not run; ERROR and the rest count as
 # running-but-broken and are left to the boot wait, which names the node.

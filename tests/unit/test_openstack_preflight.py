@@ -17,6 +17,8 @@ import yaml
 
 from deployer.errors import OperationFailed, PreflightError
 from deployer.providers import openstack_preflight as pf
+from deployer.providers import openstack_quota as quota
+from deployer.providers import openstack_session as session
 from deployer.providers.openstack import OpenStackProvider
 from deployer.spec import ClusterSpec
 
@@ -437,7 +439,7 @@ def test_unlimited_quotas(cloud):
     ],
 )
 def test_gpus_from_extra_specs(extra_specs, gpus):
-    assert pf.gpus_from_extra_specs(extra_specs) == gpus
+    assert quota.gpus_from_extra_specs(extra_specs) == gpus
 
 
 def test_gpu_flavor_sets_gpus_per_node(cloud, state):
@@ -607,12 +609,12 @@ def test_deleting_by_metadata_refuses_a_name_no_server_vouches_for(cloud):
 
 def test_scrub():
     text = "auth failed for https://bob:hunter22@keystone.example/v3 with hunter22\nretry"
-    assert pf.scrub(text, ["hunter22"]) == "auth failed for https://***@keystone.example/v3 with *** retry"
+    assert session.scrub(text, ["hunter22"]) == "auth failed for https://***@keystone.example/v3 with *** retry"
 
 
 def test_fit_reports_largest():
-    q = {"instances": pf.Quota("instances", 10, 2), "cores": pf.Quota("cores", 64, 0), "ports": pf.Quota("ports", 12, 0)}
-    want = pf.Needs({"instances": 1, "cores": 16, "ports": 1}, {"ports": 2})
-    r = pf.fit(q, want, 8)
+    q = {"instances": quota.Quota("instances", 10, 2), "cores": quota.Quota("cores", 64, 0), "ports": quota.Quota("ports", 12, 0)}
+    want = quota.Needs({"instances": 1, "cores": 16, "ports": 1}, {"ports": 2})
+    r = quota.fit(q, want, 8)
     assert not r.ok and r.largest_new == 4
-    assert pf.fit(q, want, 4).ok
+    assert quota.fit(q, want, 4).ok
