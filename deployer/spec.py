@@ -15,10 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .config_file import CONFIG_FILE, read_config  # noqa: F401  (re-exported)
 from .errors import UsageError
+from .nodes import CLUSTER_NAME_PATTERN, MAX_NODES
+from .nodes import node_names as _node_names
 
 DEFAULT_NAME = "demo"
 PROVIDERS = ("local", "openstack")
-NAME_PATTERN = r"^[a-z][a-z0-9-]{0,19}$"
+NAME_PATTERN = CLUSTER_NAME_PATTERN
 
 
 class _Strict(BaseModel):
@@ -99,7 +101,7 @@ class TerraformSpec(_Strict):
 class ClusterSpec(_Strict):
     name: str = Field(DEFAULT_NAME, pattern=NAME_PATTERN)
     provider: Literal["local", "openstack"] = "local"
-    nodes: int = Field(2, ge=1, le=64, strict=False)
+    nodes: int = Field(2, ge=1, le=MAX_NODES, strict=False)
     ssh_user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
     shared_dir: str = Field("/shared", pattern=r"^/[A-Za-z0-9_./-]+$")
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
@@ -162,7 +164,7 @@ class ClusterSpec(_Strict):
 
     def node_names(self) -> list[str]:
         """Master first, then worker-1…; terraform/modules/design computes the same names."""
-        return [f"{self.name}-master"] + [f"{self.name}-worker-{i}" for i in range(1, self.nodes)]
+        return _node_names(self.name, self.nodes)
 
     @property
     def gpus_per_node(self) -> int:

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import OperationFailed
+from ..nodes import node_name_pattern
 
 IMAGE_ROOT = Path(os.environ.get("DEPLOYER_IMAGE_DIR", "/var/lib/deployer/images"))
 LXC_PATH = Path("/var/lib/lxc")
@@ -322,7 +323,7 @@ def containers(cluster: str) -> dict[str, str]:
 
 def parse_containers(every: str, running: str, cluster: str) -> dict[str, str]:
     """`lxc-ls -1` and `lxc-ls -1 --running` -> the cluster's nodes and their state."""
-    own = re.compile(rf"^{re.escape(cluster)}-(master|worker-[0-9]+)$")
+    own = re.compile(node_name_pattern(cluster))
     up = set(running.split())
     return {name: ("running" if name in up else "stopped") for name in every.split() if own.match(name)}
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PreflightError
+from ..nodes import node_name_pattern
 from .openstack_quota import _quota_message, _quotas, fit, gpus_from_extra_specs, needs, net_of, own_usage
 from .openstack_session import client_config_env, cloud_errors, connect, quiet_sdk_logs
 
@@ -42,11 +43,6 @@ def _names(items: Any, limit: int = 10) -> str:
     names = sorted({getattr(i, "name", None) or getattr(i, "id", "?") for i in items})
     more = f", … ({len(names) - limit} more)" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more if names else "none"
-
-
-def node_name_pattern(cluster: str) -> str:
-    """Nova's name filter is a regular expression; this matches terraform/modules/design."""
-    return f"^{re.escape(cluster)}-(master|worker-[0-9]+)$"
 
 
 ROUTER_INTERFACES = ("network:router_interface", "network:router_interface_distributed", "network:ha_router_replicated_interface")

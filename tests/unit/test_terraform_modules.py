@@ -343,6 +343,15 @@ def test_openstack_tfvars_carry_the_recorded_expiry(state):
     assert openstack_tfvars(state)["expires_at"] == "2026-11-23T20:00:00Z"
 
 
+def test_the_modules_validate_names_and_sizes_by_the_deployers_one_rule():
+    from deployer.nodes import CLUSTER_NAME_PATTERN, MAX_NODES
+
+    for module in ("design", "openstack"):
+        text = (MODULES[module] / "variables.tf").read_text()
+        assert f'regex("{CLUSTER_NAME_PATTERN}", var.cluster_name)' in text, module
+    assert f"var.node_count <= {MAX_NODES}" in (MODULES["openstack"] / "variables.tf").read_text()
+
+
 def test_the_tag_the_module_sets_is_the_one_the_deployer_looks_for():
     from deployer.providers.openstack_observe import cluster_tag
 
