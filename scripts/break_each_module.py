@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""Does the fast test tier notice when a module is broken? For each module of deployer/
-(and benchmarks/), break its longest function in a scratch copy of the tree (its first
-statement becomes `raise RuntimeError`), run the fast tier there until the first failure,
-and print which test caught it. A module whose break no fast test notices is a gap.
+"""Do the tests notice when a module is broken? For each module of deployer/ and
+benchmarks/, break its longest function in a scratch copy of the tree (its first
+statement becomes `raise RuntimeError`), run the tests there until the first failure,
+and print which test caught it. A module whose break no test notices is a gap.
+
+deployer/ modules are held to the fast tier (no root, no real part). The benchmarks are
+scripts that run under mpirun with torch, which the fast tier never starts by design, so
+they are held to the benchmark tests of the slow tier (tests/unit/test_bench_*.py).
 
     .venv/bin/python scripts/break_each_module.py [--only deployer/spec.py ...] [--json out.json]
 
@@ -23,7 +27,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 COPY = ["deployer", "benchmarks", "tests", "terraform", "ansible", "monitoring", "pyproject.toml", ".github"]
-FAST = ["-m", "not integration and not slow"]
+FAST = ["-m", "not integration and not slow", "tests"]
+BENCH = ["-m", "not integration", *sorted(f"tests/unit/{p.name}" for p in (REPO / "tests" / "unit").glob("test_bench_*.py"))]
 
 
 def modules() -> list[Path]:
@@ -56,8 +61,8 @@ def broken(source: str, fn: ast.FunctionDef) -> str:
     return "\n".join(lines)
 
 
-def run_fast(tree: Path, timeout: int) -> tuple[bool, str]:
-    p = subprocess.run([sys.executable, "-m", "pytest", *FAST, "-x", "-q", "-p", "no:cacheprovider", "tests"],
+def run_tests(tree: Path, selection: list[str], timeout: int) -> tuple[bool, str]:
+    p = subprocess.run([sys.executable, "-m", "pytest", *selection, "-x", "-q", "-p", "no:cacheprovider"],
                        cwd=tree, env={**__import__("os").environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True, timeout=timeout)
     failed = [ln.split(" ", 1)[1].split(" - ")[0] for ln in p.stdout.splitlines() if ln.startswith(("FAILED ", "ERROR "))]
     return p.returncode != 0, (failed[0] if failed else p.stdout.strip().splitlines()[-1] if p.stdout.strip() else "")
@@ -87,14 +92,16 @@ def main() -> int:
             (tree / rel).write_text(broken(original, fn))
             t0 = time.monotonic()
             try:
-                caught, by = run_fast(tree, args.timeout)
+                tier = "slow" if rel.parts[0] == "benchmarks" else "fast"
+                caught, by = run_tests(tree, BENCH if tier == "slow" else FAST, args.timeout)
             finally:
                 (tree / rel).write_text(original)
-            row = {"module": str(rel), "function": fn.name, "caught": caught, "by": by, "seconds": round(time.monotonic() - t0, 1)}
+            row = {"module": str(rel), "function": fn.name, "tier": tier, "caught": caught, "by": by,
+                   "seconds": round(time.monotonic() - t0, 1)}
             results.append(row)
-            print(f"{'caught ' if caught else 'MISSED '} {rel}:{fn.name}  ({row['seconds']}s)  {by}", flush=True)
+            print(f"{'caught ' if caught else 'MISSED '} [{tier}] {rel}:{fn.name}  ({row['seconds']}s)  {by}", flush=True)
     missed = [r for r in results if r["caught"] is False]
-    print(f"\n{sum(1 for r in results if r['caught'])} of {sum(1 for r in results if r['caught'] is not None)} broken modules caught by the fast tier"
+    print(f"\n{sum(1 for r in results if r['caught'])} of {sum(1 for r in results if r['caught'] is not None)} broken modules caught"
           + (f"; missed: {', '.join(r['module'] for r in missed)}" if missed else ""))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
