@@ -105,28 +105,9 @@ def status(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_out: 
     if json_out:
         ui.print_json(info)
         return
-    from rich.table import Table
+    from .status import show
 
-    t = Table(title=f"cluster {info['name']} ({info['provider']})")
-    for col in ("name", "role", "private_ip", "public_ip", "gpus", "state"):
-        t.add_column(col)
-    for n in info["nodes"]:
-        colour = "green" if n["state"] == "ok" else "red"
-        t.add_row(n["name"], n["role"], n["private_ip"], n["public_ip"] or "-", str(n["gpus"]), f"[{colour}]{n['state']}[/]")
-    ui.out.print(t)
-    life = info.get("lifetime")
-    if life:
-        from .lifetime import human
-
-        left = life["seconds_left"]
-        if left > 0:
-            ui.info(f"expires in {human(left)} (at {life['expires_at']}, ttl {life['ttl']}); `deployer up --ttl {life['ttl']}` extends it from now")
-        else:
-            ui.warn(f"expired {human(left)} ago (at {life['expires_at']}); `deployer gc --yes` destroys it, `deployer up --ttl 8h` keeps it 8h more")
-    for extra in info["extra"]:
-        ui.warn(f"{extra} exists but is not in the cluster record (left by an interrupted scale-in?); `deployer up` removes nothing it does not know")
-    if any(n["state"] != "ok" for n in info["nodes"]):
-        ui.info("`deployer up` starts stopped nodes, recreates missing ones and configures replaced ones")
+    show(info)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -362,28 +343,10 @@ def ledger(state_dir: StateOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> No
     use = ledger_mod.usage(ledger_mod.entries(state_dir))
     if json_out:
         ui.print_json(use)
-        return
-    if not use["clusters"]:
+    elif not use["clusters"]:
         ui.info(f"no cluster in the ledger ({ledger_mod.path(state_dir)}); `deployer up` starts it")
-        return
-    from rich.table import Table
-
-    t = Table(title=f"usage until {use['at']}")
-    for col in ("cluster", "provider", "flavor", "from", "until", "node-hours", "GPU-hours"):
-        t.add_column(col, justify="right" if col.endswith("hours") else "left")
-    def when(iso_time: str) -> str:
-        return iso_time.replace("T", " ")[:16]
-
-    for c in use["clusters"]:
-        t.add_row(c["cluster"], c["provider"] or "-", c["flavor"] or "-", when(c["first"]),
-                  f"up ({c['nodes_now']} nodes)" if c["live"] else when(c["destroyed"]), f"{c['node_hours']:.2f}", f"{c['gpu_hours']:.2f}")
-    ui.out.print(t)
-    m = Table(title="per month")
-    for col in ("month", "node-hours", "GPU-hours"):
-        m.add_column(col, justify="left" if col == "month" else "right")
-    for row in use["months"]:
-        m.add_row(row["month"], f"{row['node_hours']:.2f}", f"{row['gpu_hours']:.2f}")
-    ui.out.print(m)
+    else:
+        ledger_mod.show(use)
 
 
 def run() -> None:

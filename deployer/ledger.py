@@ -137,3 +137,27 @@ def usage(all_entries: list[dict[str, Any]], at: datetime | None = None) -> dict
         "clusters": sorted(clusters.values(), key=lambda c: c["first"]),
         "months": [{"month": m, "node_hours": round(v["node_hours"], 3), "gpu_hours": round(v["gpu_hours"], 3)} for m, v in sorted(months.items())],
     }
+
+
+def show(use: dict[str, Any]) -> None:
+    """`deployer ledger` for a person: per cluster, then per month."""
+    from rich.table import Table
+
+    from . import ui
+
+    def when(iso_time: str) -> str:
+        return iso_time.replace("T", " ")[:16]
+
+    t = Table(title=f"usage until {use['at']}")
+    for col in ("cluster", "provider", "flavor", "from", "until", "node-hours", "GPU-hours"):
+        t.add_column(col, justify="right" if col.endswith("hours") else "left")
+    for c in use["clusters"]:
+        t.add_row(c["cluster"], c["provider"] or "-", c["flavor"] or "-", when(c["first"]),
+                  f"up ({c['nodes_now']} nodes)" if c["live"] else when(c["destroyed"]), f"{c['node_hours']:.2f}", f"{c['gpu_hours']:.2f}")
+    ui.out.print(t)
+    m = Table(title="per month")
+    for col in ("month", "node-hours", "GPU-hours"):
+        m.add_column(col, justify="left" if col == "month" else "right")
+    for row in use["months"]:
+        m.add_row(row["month"], f"{row['node_hours']:.2f}", f"{row['gpu_hours']:.2f}")
+    ui.out.print(m)

@@ -119,3 +119,31 @@ def lifetime_of(state: ClusterState) -> dict[str, Any] | None:
         return None
     return {"ttl": record["ttl"], "expires_at": record["expires_at"],
             "seconds_left": round(lifetime.seconds_left(record, lifetime.now()))}
+
+
+def show(info: dict[str, Any]) -> None:
+    """`deployer status` for a person: the node table, the time left, what to do next."""
+    from rich.table import Table
+
+    from . import ui
+
+    t = Table(title=f"cluster {info['name']} ({info['provider']})")
+    for col in ("name", "role", "private_ip", "public_ip", "gpus", "state"):
+        t.add_column(col)
+    for n in info["nodes"]:
+        colour = "green" if n["state"] == "ok" else "red"
+        t.add_row(n["name"], n["role"], n["private_ip"], n["public_ip"] or "-", str(n["gpus"]), f"[{colour}]{n['state']}[/]")
+    ui.out.print(t)
+    life = info.get("lifetime")
+    if life:
+        left = life["seconds_left"]
+        if left > 0:
+            ui.info(f"expires in {lifetime.human(left)} (at {life['expires_at']}, ttl {life['ttl']}); "
+                    f"`deployer up --ttl {life['ttl']}` extends it from now")
+        else:
+            ui.warn(f"expired {lifetime.human(left)} ago (at {life['expires_at']}); `deployer gc --yes` destroys it, "
+                    "`deployer up --ttl 8h` keeps it 8h more")
+    for extra in info["extra"]:
+        ui.warn(f"{extra} exists but is not in the cluster record (left by an interrupted scale-in?); `deployer up` removes nothing it does not know")
+    if any(n["state"] != "ok" for n in info["nodes"]):
+        ui.info("`deployer up` starts stopped nodes, recreates missing ones and configures replaced ones")
