@@ -34,7 +34,7 @@ demo: deps
 test: deps
 	$(PY) -m pytest tests/unit tests/integration
 
-# No root, no cluster, no real torch/Prometheus/Ansible run: under a minute (tests/conftest.py).
+# No root, no cluster, only real parts that take seconds: under a minute (tests/conftest.py).
 fast: deps
 	$(PY) -m pytest -m "not integration and not slow" tests
 

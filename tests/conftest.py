@@ -1,9 +1,10 @@
 """Test tiers (README, "Tests"):
 
-- fast: `pytest -m "not integration and not slow"` (`make fast`): no root, no cluster,
-  no real torch/mpirun, Prometheus or Ansible run; under a minute.
-- slow: real parts that need no root (mpirun + torch benchmarks, Prometheus and its
-  exporters, Ansible rendering the roles, ansible-lint); `make unit` runs both.
+- fast: `pytest -m "not integration and not slow"` (`make fast`): no root, no cluster;
+  real parts only where they take seconds (Terraform's parser, a two-task ansible-runner
+  play on localhost, a stand-in sshd); under a minute.
+- slow: heavier real parts that need no root (mpirun + torch benchmarks, Prometheus and
+  its exporters, Ansible rendering every role, ansible-lint); `make unit` runs both.
 - integration: a real local cluster (root, LXC); every test under tests/integration.
 
 Order: a test marked `destroys_cluster` (it tears the shared local cluster down) runs

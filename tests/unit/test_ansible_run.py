@@ -1,0 +1,41 @@
+"""deployer.ansible.run_playbook through ansible-runner for real, on this machine
+(connection: local), with a two-task play: what it counts, what it logs, and a failure
+as one line naming the host and the task. The cluster's own site.yml runs in the
+integration tier."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import yaml
+
+from deployer.ansible import run_playbook
+from deployer.errors import OperationFailed
+
+
+def _play(tmp_path, tasks):
+    (tmp_path / "play.yml").write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}]))
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"here": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}))
+    run_dir = tmp_path / "state" / "runs" / "1-up"
+    run_dir.mkdir(parents=True)
+    return tmp_path / "hosts.yml", run_dir
+
+
+def test_counts_ok_and_changed_per_host_and_keeps_every_event(tmp_path):
+    inv, run_dir = _play(tmp_path, [
+        {"name": "Say hello", "ansible.builtin.debug": {"msg": "hello"}},
+        {"name": "Change something", "ansible.builtin.command": "true", "changed_when": True},
+    ])
+    result = run_playbook(inv, run_dir, playbook=str(tmp_path / "play.yml"))
+    assert result.ok == {"here": 2} and result.total_changed == 1 and result.failures == []
+    events = [json.loads(line) for line in (run_dir / "ansible-events.jsonl").read_text().splitlines()]
+    assert {"playbook_on_start", "runner_on_ok", "playbook_on_stats"} <= {e["event"] for e in events}
+
+
+def test_a_failed_task_is_one_line_naming_host_and_task(tmp_path):
+    inv, run_dir = _play(tmp_path, [{"name": "Break on purpose", "ansible.builtin.fail": {"msg": "no  such\\nthing"}}])
+    with pytest.raises(OperationFailed, match=r"configuration failed: here: Break on purpose: no such\\nthing"):
+        run_playbook(inv, run_dir, playbook=str(tmp_path / "play.yml"))
