@@ -41,7 +41,6 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
             "node_role": node["role"],
             "node_index": i,
             "gpus": gpus(node),
-            "node_id": node.get("id"),
         }
     names = [n["name"] for n in cluster["nodes"]]
     m = spec.monitoring
@@ -78,6 +77,9 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
         # is here (not its secret) so that a renewed credential reconfigures the master.
         "deployer_auto_teardown": auto_teardown,
         "deployer_teardown_credential_id": teardown_id,
+        # Only with auto_teardown: a node's id in the inventory would make every
+        # replaced node a reason to reconfigure all of them (drift.py).
+        "deployer_teardown_server_id": cluster["nodes"][0].get("id") if auto_teardown else None,
         "deployer_teardown_script": str(Path(__file__).parent / "providers" / "openstack_teardown.py"),
     }
     return {

@@ -83,7 +83,12 @@ def run_in_new_notebook(driver, code: str, until_text: list[str], timeout: float
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as ec
 
-    card = _wait(driver, 60).until(ec.element_to_be_clickable((By.CSS_SELECTOR, '.jp-LauncherCard[data-category="Notebook"]')))
+    card_css = (By.CSS_SELECTOR, '.jp-LauncherCard[data-category="Notebook"]')
+    try:
+        card = _wait(driver, 20).until(ec.element_to_be_clickable(card_css))
+    except TimeoutException:  # a restored workspace shows no Launcher: open one, as the "+" button does
+        driver.find_element(By.CSS_SELECTOR, '[data-command="launcher:create"]').click()
+        card = _wait(driver, 60).until(ec.element_to_be_clickable(card_css))
     card.click()
     editor = _wait(driver, 60).until(
         ec.element_to_be_clickable((By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell .cm-content"))
@@ -98,6 +103,22 @@ def run_in_new_notebook(driver, code: str, until_text: list[str], timeout: float
 
     def output(d) -> str:
         return "\n".join(e.text for e in d.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output"))
+
+    def first_prompt(d) -> str:
+        prompts = d.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell .jp-InputPrompt")
+        return prompts[0].text.strip() if prompts else ""
+
+    # A kernel that reports idle while its channels still settle can drop the first
+    # execute request (the cell keeps an empty "[ ]:" prompt on a loaded machine): the
+    # cell is run again in place, as a user would press Ctrl+Enter once more.
+    for _ in range(3):
+        try:
+            _wait(driver, 20).until(lambda d: first_prompt(d) not in ("", "[ ]:"))
+            break
+        except TimeoutException:
+            first = driver.find_element(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell .cm-content")
+            first.click()
+            first.send_keys(Keys.CONTROL, Keys.ENTER)
 
     try:
         _wait(driver, timeout).until(lambda d: all(t in output(d) for t in until_text))

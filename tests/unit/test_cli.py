@@ -28,6 +28,8 @@ def run(*args, cwd, input=None):
         (["up", "--ttl", "0h"], "--ttl: 0h is no lifetime"),
         (["up", "--ttl", "400d"], "--ttl: 400d is beyond the maximum of 14d"),
         (["gc", "--yes", "--cloud"], "requires an argument"),
+        (["bench", "--nodes", "1,2"], "cluster 'demo' is not up"),
+        (["notebook"], "cluster 'demo' is not up"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(args, fragment, tmp_path):

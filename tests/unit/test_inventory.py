@@ -82,6 +82,15 @@ def test_ansible_reaches_nodes_through_the_clusters_ssh_config(tmp_path):
     assert list(inv["children"]["gpu"]["hosts"]) == ["gpu-master", "gpu-worker-1"]
 
 
+def test_a_replaced_node_leaves_the_inventory_as_it_was(tmp_path):
+    # The inventory is part of the configuration fingerprint (drift.py): a node's new id
+    # must not make every node "changed", only the replaced one is configured.
+    st = _state(tmp_path, LOCAL)
+    before = {**LOCAL, "nodes": [{**n, "id": f"old-{i}"} for i, n in enumerate(LOCAL["nodes"])]}
+    after = {**LOCAL, "nodes": [{**n, "id": "new-1" if i == 1 else f"old-{i}"} for i, n in enumerate(LOCAL["nodes"])]}
+    assert inventory.render(before, ClusterSpec(nodes=3), st) == inventory.render(after, ClusterSpec(nodes=3), st)
+
+
 def test_write_produces_yaml_and_hostfile(tmp_path):
     st = _state(tmp_path, LOCAL)
     path = inventory.write(LOCAL, ClusterSpec(nodes=3), st)

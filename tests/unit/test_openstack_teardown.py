@@ -125,7 +125,7 @@ def test_the_master_gets_the_credential_root_only_and_a_timer(tmp_path):
     tpl = role / "templates"
     play = [{
         "hosts": "master", "gather_facts": False, "vars_files": [str(role / "defaults/main.yml")],
-        "vars": {"node_id": "srv-123", "deployer_teardown_script": "/x/openstack_teardown.py",
+        "vars": {"deployer_teardown_server_id": "srv-123", "deployer_teardown_script": "/x/openstack_teardown.py",
                  "teardown_timer_credential": "{{ lookup('ansible.builtin.file', teardown_timer_credential_file) | from_json }}"},
         "tasks": [{"ansible.builtin.template": {"src": str(tpl / f), "dest": str(out / f.removesuffix(".j2")), "mode": "0600"}, "no_log": True}
                   for f in ("teardown-clouds.yaml.j2", "deployer-teardown.service.j2", "deployer-teardown.timer.j2")],
