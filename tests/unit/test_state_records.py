@@ -48,3 +48,15 @@ def test_status_on_a_truncated_cluster_json_is_one_line(tmp_path):
     assert p.returncode == 1
     lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "cluster.json is damaged" in lines[0] and "Traceback" not in p.stderr
+
+
+def test_a_second_verb_is_refused_while_one_holds_the_lock_then_may_go(tmp_path):
+    from deployer.errors import LockedError
+
+    st = ClusterState(tmp_path, "lab")
+    with st.lock("up"):
+        with pytest.raises(LockedError, match=r"cluster 'lab' is busy \(up by pid \d+\)"):
+            with st.lock("bench"):
+                pass
+    with st.lock("bench"):  # released: the next verb runs
+        assert (st.dir / "lock").read_text().startswith("bench by pid")

@@ -99,3 +99,71 @@ def test_unreadable_clouds_yaml_is_refused_with_the_fix(tmp_path):
     (tmp_path / "clouds.yaml").mkdir()  # exists, cannot be read as a file (even by root)
     with pytest.raises(PreflightError, match=r"clouds.yaml \(found in the working directory\) cannot be read .*fix its permissions or path"):
         client_config_env(None, cwd=tmp_path, environ={})
+
+
+# ---- a user-named binary (terraform.binary / $DEPLOYER_TERRAFORM) ---------------------------
+# No terraform or tofu executable can be downloaded here, so a stand-in prints what
+# `terraform <verb> -json` prints (machine-readable UI lines); this checks the deployer's
+# side: the arguments python-terraform passes, events handed on, the first error diagnostic
+# as the one line, the outputs read back.
+
+STAND_IN = r"""#!/bin/sh
+echo "$@" >> "$(dirname "$0")/argv.log"
+case "$1" in
+  init) echo '{"@level":"info","type":"version","terraform":"1.15.0"}' ;;
+  apply)
+    echo '{"@level":"info","type":"apply_start","hook":{"resource":{"addr":"terraform_data.node[\"lab-master\"]"}}}'
+    echo 'not json: a plain line some wrappers print'
+    if [ -n "$FAIL" ]; then
+      echo '{"@level":"error","type":"diagnostic","diagnostic":{"summary":"Invalid value","detail":"node_count must be 1 to 64."}}'
+      echo "Error: Invalid value" >&2; exit 1
+    fi
+    echo '{"@level":"info","type":"change_summary","changes":{"add":1,"change":0,"remove":0}}' ;;
+  output) echo '{"cluster":{"sensitive":false,"type":"object","value":{"name":"lab","nodes":[]}}}' ;;
+esac
+"""
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "tofu").write_text(STAND_IN)
+    (bindir / "tofu").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    work = tmp_path / "work"
+    work.mkdir()
+    return bindir, work
+
+
+def test_a_named_binary_gets_json_and_its_events_and_outputs_come_back(stand_in, tmp_path):
+    from deployer import terraform
+
+    bindir, work = stand_in
+    eng = terraform.engine(work, tmp_path / "tf.jsonl", "tofu")
+    eng.init()
+    seen = []
+    eng.apply(seen.append, replace=['terraform_data.node["lab-master"]'])
+    assert [e["type"] for e in seen] == ["apply_start", "change_summary"]
+    assert eng.output() == {"cluster": {"name": "lab", "nodes": []}}
+    argv = (bindir / "argv.log").read_text().splitlines()
+    assert argv[0].startswith("init") and "-json" in argv[0] and "-input=false" in argv[0]
+    assert "-auto-approve" in argv[1] and '-replace=terraform_data.node["lab-master"]' in argv[1]
+
+
+def test_a_named_binary_failing_is_one_line_with_its_diagnostic(stand_in, tmp_path, monkeypatch):
+    from deployer import terraform
+    from deployer.errors import OperationFailed
+
+    _, work = stand_in
+    monkeypatch.setenv("FAIL", "1")
+    with pytest.raises(OperationFailed, match=r"^terraform apply failed: Invalid value: node_count must be 1 to 64\. \(full log: "):
+        terraform.engine(work, tmp_path / "tf.jsonl", "tofu").apply(lambda ev: None)
+
+
+def test_a_named_binary_that_is_not_there_is_a_usage_error(tmp_path):
+    from deployer import terraform
+    from deployer.errors import UsageError
+
+    with pytest.raises(UsageError, match="terraform binary 'no-such-tofu' not found on PATH"):
+        terraform.engine(tmp_path, None, "no-such-tofu")
