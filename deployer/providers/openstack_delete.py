@@ -12,6 +12,8 @@ that `down` uses must find nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import OperationFailed
 from .openstack_observe import observe, session, tagged
 from .openstack_session import cloud_errors
@@ -36,33 +38,26 @@ def delete_cluster(env: dict[str, str], cluster: str, *, say=print) -> list[str]
         for s in servers:
             conn.compute.wait_for_delete(s, wait=SERVER_DELETE_TIMEOUT_S)
         found = tagged(conn, cluster)
-        for f in found["floating IP"]:
-            conn.network.delete_ip(f)
-            deleted.append(f"floating IP {f.floating_ip_address}")
-        for p in found["port"]:
-            conn.network.delete_port(p)
-            deleted.append(f"port {p.name}")
-        for r in found["router"]:
-            for sn in found["subnet"]:
-                conn.network.remove_interface_from_router(r, subnet_id=sn.id)
-            conn.network.delete_router(r)
-            deleted.append(f"router {r.name}")
-        for sn in found["subnet"]:
-            conn.network.delete_subnet(sn)
-        for n in found["network"]:
-            conn.network.delete_network(n)
-            deleted.append(f"network {n.name}")
-        for g in found["security group"]:
-            conn.network.delete_security_group(g)
-            deleted.append(f"security group {g.name}")
-        for k in found["key pair"]:
-            conn.compute.delete_keypair(k)
-            deleted.append(f"key pair {k.name}")
-        for v in found["volume"]:
+
+        def volume_gone(v: Any) -> None:
             if v.status != "available":  # still detaching from the deleted master
                 conn.block_storage.wait_for_status(v, "available", failures=["error"], wait=SERVER_DELETE_TIMEOUT_S)
             conn.block_storage.delete_volume(v)
-            deleted.append(f"volume {v.name}")
+
+        def router_gone(r: Any) -> None:
+            for sn in found["subnet"]:  # interfaces first: a router in use cannot go
+                conn.network.remove_interface_from_router(r, subnet_id=sn.id)
+            conn.network.delete_router(r)
+
+        # In the order the APIs need: what uses the network before the network.
+        for kind, delete in (("floating IP", conn.network.delete_ip), ("port", conn.network.delete_port),
+                             ("router", router_gone), ("subnet", conn.network.delete_subnet),
+                             ("network", conn.network.delete_network), ("security group", conn.network.delete_security_group),
+                             ("key pair", conn.compute.delete_keypair), ("volume", volume_gone)):
+            for item in found[kind]:
+                delete(item)
+                if kind != "subnet":  # goes with its network, as `down`'s proof counts it
+                    deleted.append(f"{kind} {getattr(item, 'floating_ip_address', None) or item.name}")
     left = observe(cluster, env, []).remaining()
     if left:
         raise OperationFailed(f"deleting {cluster} by its metadata left {', '.join(left)}; remove them by hand "
