@@ -4,7 +4,8 @@ Two places say a cluster has expired: a state dir in the state root (lifetime.js
 on OpenStack the `deployer_expires_at` metadata `up` puts on every server, which is
 there even when this machine has no state of the cluster (a laptop lost, a colleague's
 cluster). Both are listed; `--yes` destroys what has state with the same `down` as
-always (Terraform, then the proof that nothing is left).
+always (Terraform, then the proof that nothing is left), and what only the cloud knows
+by its metadata and tag (providers/openstack_delete.py), with the same proof.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 from . import ui
 from .errors import DeployerError
-from .lifetime import METADATA_KEY, human, iso, now, parse_iso
+from .lifetime import human, iso, now, parse_iso
+from .providers.openstack_teardown import CLUSTER_KEY, expiry
 from .state import ClusterState
 
 
@@ -53,15 +55,8 @@ def from_servers(servers: list[Any], at: datetime) -> list[Expired]:
     `.name` and `.metadata`). A cluster counts as expired by its earliest expiry."""
     found: dict[str, Expired] = {}
     for s in servers:
-        meta = getattr(s, "metadata", None) or {}
-        cluster, expires = meta.get("deployer_cluster"), meta.get(METADATA_KEY)
-        if not cluster or not expires:
-            continue
-        try:
-            when = parse_iso(expires)
-        except ValueError:
-            continue
-        if when > at:
+        cluster, when = (s.metadata or {}).get(CLUSTER_KEY), expiry(s)
+        if not cluster or when is None or when > at:
             continue
         e = found.setdefault(cluster, Expired(cluster, "openstack", iso(when)))
         e.servers.append(s.name)
@@ -131,7 +126,7 @@ def _cloud_only(e: Expired, ago: str, cloud: str | None, *, destroy: bool, dry_r
     where = f"found in cloud {cloud!r} only ({', '.join(e.servers)})"
     if not destroy:
         ui.info(f"{e.name}: expired {ago} ago, {where}; "
-                + ("would delete its servers and the resources named after it" if dry_run else "`deployer gc --yes` deletes it by its metadata"))
+                + ("would delete its servers and what carries its tag" if dry_run else "`deployer gc --yes` deletes it by its metadata"))
         return "would destroy" if dry_run else "listed"
     from .providers.openstack_delete import delete_cluster
 

@@ -17,14 +17,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .errors import UsageError
-from .providers.openstack_teardown import EXPIRY_KEY
 
 UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^(\d+)(m|h|d|w)$")
 NO_TTL = ("none", "never")
 MAX_ENV = "DEPLOYER_TTL_MAX"
 DEFAULT_MAX = "14d"
-METADATA_KEY = EXPIRY_KEY  # on every OpenStack server (and the volume); the master's timer reads it
 
 
 def parse_duration(text: str) -> int:
