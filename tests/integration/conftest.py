@@ -11,6 +11,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,26 +54,31 @@ def _why_not() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def local_cluster(tmp_path_factory):
+@contextmanager
+def cluster_up(tmp_path_factory, name: str, spec: str, *up_args: str) -> Iterator[Cluster]:
+    """A real local cluster from `spec` (cluster.yaml text), up for the block, down after it."""
     reason = _why_not()
     if reason:
         pytest.skip(reason)
-    workdir = tmp_path_factory.mktemp("cluster")
-    # access: via_master — the host reaches the master only and workers through it, the
-    # path every OpenStack cluster takes, so CI runs the cloud's first boot and hop.
-    (workdir / "cluster.yaml").write_text(
-        f"name: {NAME}\nnodes: {NODES}\nlocal:\n  subnet: {SUBNET}\n  memory_mb: 2048\n  access: via_master\n"
-    )
-    c = Cluster(workdir)
-    p = c.deployer("up", timeout=2400)
+    c = Cluster(tmp_path_factory.mktemp(name), name=name)
+    (c.workdir / "cluster.yaml").write_text(spec)
+    p = c.deployer("up", *up_args, timeout=2400)
     c.up_log = p.stderr
     try:
         assert p.returncode == 0, f"deployer up failed:\n{p.stderr[-4000:]}"
         yield c
     finally:
-        d = c.deployer("down", "--yes", timeout=600)
+        d = c.deployer("down", "--yes", timeout=600)  # a no-op if a test already removed it
         print(d.stderr[-2000:])
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory):
+    # access: via_master — the host reaches the master only and workers through it, the
+    # path every OpenStack cluster takes, so CI runs the cloud's first boot and hop.
+    spec = f"name: {NAME}\nnodes: {NODES}\nlocal:\n  subnet: {SUBNET}\n  memory_mb: 2048\n  access: via_master\n"
+    with cluster_up(tmp_path_factory, NAME, spec) as c:
+        yield c
 
 
 @dataclass

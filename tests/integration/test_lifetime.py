@@ -7,37 +7,22 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.integration.conftest import _why_not
+from tests.integration.conftest import cluster_up
 
 NAME = "ittl"
 SUBNET = "10.80.0.0/24"
 
 
-def _deployer(workdir, *args, timeout=1800):
-    return subprocess.run([sys.executable, "-m", "deployer", *args], cwd=workdir, text=True, capture_output=True, timeout=timeout)
-
-
 @pytest.fixture(scope="module")
 def ttl_cluster(tmp_path_factory):
-    reason = _why_not()
-    if reason:
-        pytest.skip(reason)
-    workdir = tmp_path_factory.mktemp("ttl")
-    (workdir / "cluster.yaml").write_text(
-        f"name: {NAME}\nnodes: 1\nmonitoring: false\njupyter: false\nlocal:\n  subnet: {SUBNET}\n"
-    )
-    p = _deployer(workdir, "up", "--ttl", "1m", timeout=1800)
-    try:
-        assert p.returncode == 0, p.stderr[-3000:]
-        assert "lifetime: expires in" in p.stderr
-        yield workdir
-    finally:
-        _deployer(workdir, "down", "--yes", timeout=600)  # a no-op once gc has removed it
+    spec = f"name: {NAME}\nnodes: 1\nmonitoring: false\njupyter: false\nlocal:\n  subnet: {SUBNET}\n"
+    with cluster_up(tmp_path_factory, NAME, spec, "--ttl", "1m") as c:
+        assert "lifetime: expires in" in c.up_log
+        yield c
 
 
 def _leftovers() -> list[str]:
@@ -51,30 +36,30 @@ def _leftovers() -> list[str]:
 
 def test_ttl_shows_in_status_then_gc_removes_the_expired_cluster_and_the_ledger_counts_it(ttl_cluster):
     # `up --ttl` again: the expiry is set anew from now, and nothing else changes.
-    p = _deployer(ttl_cluster, "up", "--ttl", "1m")
+    p = ttl_cluster.deployer("up", "--ttl", "1m")
     assert p.returncode == 0 and "no changes" in p.stderr, p.stderr[-2000:]
-    st = json.loads(_deployer(ttl_cluster, "status", "--json").stdout)
+    st = json.loads(ttl_cluster.deployer("status", "--json").stdout)
     assert st["lifetime"]["ttl"] == "1m" and 0 < st["lifetime"]["seconds_left"] <= 60
-    assert "expires in" in _deployer(ttl_cluster, "status").stderr
+    assert "expires in" in ttl_cluster.deployer("status").stderr
 
-    p = _deployer(ttl_cluster, "gc", "--json")
+    p = ttl_cluster.deployer("gc", "--json")
     assert p.returncode == 0 and json.loads(p.stdout) == {"expired": []}, "not expired yet: nothing listed"
 
     time.sleep(st["lifetime"]["seconds_left"] + 2)
-    assert "expired" in _deployer(ttl_cluster, "status").stderr
-    listed = _deployer(ttl_cluster, "gc", "--json")
+    assert "expired" in ttl_cluster.deployer("status").stderr
+    listed = ttl_cluster.deployer("gc", "--json")
     assert listed.returncode == 0 and [(e["name"], e["action"]) for e in json.loads(listed.stdout)["expired"]] == [(NAME, "listed")]
-    dry = _deployer(ttl_cluster, "gc", "--dry-run", "--yes")
+    dry = ttl_cluster.deployer("gc", "--dry-run", "--yes")
     assert dry.returncode == 0 and f"would destroy {NAME}-master" in dry.stderr
     assert _leftovers(), "listing and --dry-run destroy nothing"
 
-    gone = _deployer(ttl_cluster, "gc", "--yes", "--json", timeout=600)
+    gone = ttl_cluster.deployer("gc", "--yes", "--json", timeout=600)
     assert gone.returncode == 0, gone.stderr[-2000:]
     assert [e["action"] for e in json.loads(gone.stdout)["expired"]] == ["destroyed"]
     assert _leftovers() == []
-    assert not (ttl_cluster / ".deployer" / NAME / "lifetime.json").exists()
+    assert not (ttl_cluster.state / "lifetime.json").exists()
 
-    use = json.loads(_deployer(ttl_cluster, "ledger", "--json").stdout)
+    use = json.loads(ttl_cluster.deployer("ledger", "--json").stdout)
     (mine,) = [c for c in use["clusters"] if c["cluster"] == NAME]
     assert mine["live"] is False and mine["destroyed"] and mine["node_hours"] > 0 and mine["gpu_hours"] == 0
     assert sum(m["node_hours"] for m in use["months"]) == pytest.approx(mine["node_hours"], abs=0.002)
