@@ -73,6 +73,7 @@ def run_playbook(
     env = {
         "ANSIBLE_CONFIG": str(adir / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(adir / "roles"),
+        "ANSIBLE_FILTER_PLUGINS": str(adir / "filter_plugins"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         # ControlPath in the state dir: short enough for the socket name limit, private to us.

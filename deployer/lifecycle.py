@@ -40,12 +40,14 @@ def _fingerprint(inv_path, spec: ClusterSpec) -> str:
     """What Ansible's result depends on: the inventory, the spec and every role/benchmark file."""
     import hashlib
 
+    from . import gpu_runtime
     from .paths import assets_root
 
     h = hashlib.sha256(inv_path.read_bytes())
     # The lifetime is the controller's business (and the servers' metadata), not the nodes'.
     h.update(spec.model_dump_json(exclude={"ttl"}).encode())
     root = assets_root()
+    h.update(gpu_runtime.MATRIX_FILE.read_bytes())  # the torch build GPU nodes get follows it
     for part in ("ansible", "benchmarks", "monitoring"):
         for f in sorted((root / part).rglob("*")):
             if f.is_file() and "__pycache__" not in f.parts:

@@ -83,6 +83,9 @@ class OpenStackSpec(_Strict):
     volume_type: str | None = Field(None, description="Cinder volume type of the shared volume; default: the cloud's")
     enable_gpu: bool = False
     nvidia_driver_install: bool = True
+    nvidia_driver_branch: int | None = Field(
+        None, ge=450, le=999, description="datacenter driver branch, e.g. 535 or 580; default: the distribution's recommended one"
+    )
     auto_teardown: bool = Field(
         False, description="the master deletes the cluster's servers at its expiry (needs ttl), with an application credential "
         "limited to listing and deleting servers; for when this machine is off"
@@ -90,6 +93,25 @@ class OpenStackSpec(_Strict):
     admin_cidr: ipaddress.IPv4Network = Field(
         ipaddress.IPv4Network("0.0.0.0/0"), description="who may SSH to the master"
     )
+
+
+class GpuRuntimeSpec(_Strict):
+    """Which torch build GPU nodes get; by default chosen from the driver and GPUs (docs/gpu.md)."""
+
+    torch: str | None = Field(None, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$", description="torch release, e.g. 2.7.1")
+    cuda: str | None = Field(None, pattern=r"^(cu[0-9]{3}|cpu)$", description="build variant, e.g. cu126, cu130 or cpu")
+
+    @field_validator("torch")
+    @classmethod
+    def _known_release(cls, v: str | None) -> str | None:
+        from .gpu_runtime import NoFit, release
+
+        if v is not None:
+            try:
+                release(v)
+            except NoFit as e:
+                raise ValueError(str(e)) from None
+        return v
 
 
 class TerraformSpec(_Strict):
@@ -110,6 +132,7 @@ class ClusterSpec(_Strict):
     local: LocalSpec = Field(default_factory=LocalSpec)
     openstack: OpenStackSpec = Field(default_factory=OpenStackSpec)
     terraform: TerraformSpec = Field(default_factory=TerraformSpec)
+    gpu_runtime: GpuRuntimeSpec = Field(default_factory=GpuRuntimeSpec)
 
     @field_validator("nodes", mode="before")
     @classmethod
@@ -132,7 +155,7 @@ class ClusterSpec(_Strict):
 
         return normalise_ttl(v)
 
-    @field_validator("local", "openstack", "terraform", mode="before")
+    @field_validator("local", "openstack", "terraform", "gpu_runtime", mode="before")
     @classmethod
     def _empty_section(cls, v: Any) -> Any:
         # A section whose keys are all commented out reads as null.

@@ -101,8 +101,10 @@ def test_benchmark_runs_are_annotated(path):
 
 def test_gpu_dashboard_shows_utilisation_memory_power_temperature():
     exprs = " ".join(q.expr for q in dashboard.panel_queries(load(GRAFANA / "dashboards" / "gpu.json")))
-    for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP"):
+    for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP",
+                   "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"):
         assert metric in exprs
+    # Which panels a vGPU leaves empty, and that they say so: tests/unit/test_dcgm_role.py.
 
 
 def test_cluster_dashboard_shows_cpu_memory_disk_network():

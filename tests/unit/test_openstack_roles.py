@@ -109,6 +109,7 @@ def ansible_env(tmp_path: Path) -> dict[str, str]:
     return {
         **os.environ,
         "ANSIBLE_ROLES_PATH": str(ROLES_DIR),
+        "ANSIBLE_FILTER_PLUGINS": str(ROLES_DIR.parent / "filter_plugins"),
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
         "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
         "ANSIBLE_NOCOLOR": "1",

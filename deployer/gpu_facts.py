@@ -1,0 +1,104 @@
+"""What a GPU node's own tools say, read the same way everywhere: virtualization mode
+(nvidia-smi -q, lspci before a driver) and the verdict on the after-install check.
+
+Used by the Ansible roles through ansible/filter_plugins/deployer_gpu.py, so the
+parsing is unit-tested on recorded outputs (tests/fixtures/gpu/) rather than in Jinja.
+
+Why the virtualization mode matters: in an NVIDIA vGPU (GRID) guest the driver must match
+the host's vGPU manager and comes from the operator's licensed package; a distribution
+driver installed over it breaks the GPU. DCGM supports bare metal and pass-through only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .gpu_runtime import runs_on
+
+# nvidia-smi -q, section "GPU Virtualization Mode": None | Pass-Through | VGPU | Host VGPU | Host VSGA
+_MODE = re.compile(r"^\s*Virtualization Mode\s*:\s*(.+?)\s*$", re.MULTILINE)
+MODES = {"none": "none", "pass-through": "pass-through", "vgpu": "vgpu", "host vgpu": "host-vgpu", "host vsga": "host-vsga"}
+# vGPU profiles as the guest's PCI subsystem names them (pci.ids): "GRID V100D-8C",
+# "GRID A100-40C", "NVIDIA A100-4C"... a board name, a frame-buffer size, a series letter.
+_PROFILE = re.compile(r"\bGRID\b|\b[A-Z]{1,2}\d{2,3}[A-Z]?[DX]?-\d{1,3}[ABCQ]\b")
+
+
+def virtualization(smi_q: str) -> str:
+    """The node's mode from `nvidia-smi -q`: vgpu if any GPU is a vGPU, else the first GPU's."""
+    modes = [MODES.get(m.strip().lower(), "unknown") for m in _MODE.findall(smi_q)]
+    if not modes:
+        # Attached vGPUs appear only in a guest; older drivers print no mode section.
+        return "vgpu" if re.search(r"^Attached vGPUs\s*:", smi_q, re.MULTILINE) else "unknown"
+    return "vgpu" if "vgpu" in modes else modes[0]
+
+
+def pci_vgpu(lspci: str) -> bool:
+    """Before any driver answers: does `lspci -vmm -d 10de:` (or -v) name a vGPU profile?"""
+    for line in lspci.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("subsystem", "sdevice") and _PROFILE.search(value):
+            return True
+    return False
+
+
+def check_problems(host: str, record: dict[str, Any], choice: dict[str, Any]) -> list[str]:
+    """What is wrong with a GPU node after the runtime is installed, one line per cause.
+
+    `record`: benchmarks/gpu_check.py's JSON on that node; `choice`: the torch build the
+    cluster chose (deployer.gpu_runtime.Choice.as_dict()).
+    """
+    if record.get("error"):
+        return [f"{host}: {record['error']}"]
+    problems = []
+    want = choice.get("cuda")
+    if want and record.get("torch_cuda") != want:
+        problems.append(f"{host}: torch reports CUDA {record.get('torch_cuda')} but {choice.get('requirement')} "
+                        f"(CUDA {want}) was chosen: another torch shadows it in the venv")
+    if not record.get("cuda_available"):
+        problems.append(f"{host}: torch sees no GPU ({record.get('cuda_error') or 'torch.cuda.is_available() is False'}); "
+                        "check the driver (nvidia-smi) and that CUDA {want} runs on it".replace("{want}", str(want)))
+        return problems
+    archs = [a.removeprefix("sm_").replace("_", "") for a in record.get("arch_list", [])]
+    archs = [f"{a[:-1]}.{a[-1]}" for a in archs if a.isdigit()]
+    for dev in record.get("devices", []):
+        if not runs_on(dev["compute_cap"], archs):
+            problems.append(f"{host}: GPU {dev['index']} ({dev['name']}, {dev['compute_cap']}) has no code in this "
+                            f"torch build (arch list {', '.join(record.get('arch_list', []))})")
+    if record.get("cuda_op") != "ok":
+        problems.append(f"{host}: a CUDA operation failed: {record.get('cuda_op')}")
+    if record.get("nccl") != "ok":
+        problems.append(f"{host}: NCCL all-reduce between the node's GPUs failed: {record.get('nccl')}")
+    return problems
+
+
+# Debian 12's non-free archive: the default driver (535) and the Tesla branches it carries.
+DEBIAN_BRANCHES = {None: ("nvidia-driver", "nvidia-smi"), 535: ("nvidia-tesla-535-driver", "nvidia-tesla-535-smi"),
+                   470: ("nvidia-tesla-470-driver", "nvidia-tesla-470-smi")}
+
+
+def driver_packages(distribution: str, branch: int | None, kernel: str = "") -> list[str]:
+    """The apt packages of a datacenter driver with nvidia-smi, for a pinned `branch` (or the
+    distribution's default when None). Ubuntu without a branch returns [] (ubuntu-drivers
+    picks, then driver_utils_package adds its nvidia-smi). ValueError names the fix."""
+    dist = distribution.lower()
+    if dist == "ubuntu":
+        return [] if branch is None else [f"nvidia-driver-{branch}-server", f"nvidia-utils-{branch}-server"]
+    if dist == "debian":
+        if branch not in DEBIAN_BRANCHES:
+            have = ", ".join(str(b) for b in DEBIAN_BRANCHES if b)
+            raise ValueError(f"Debian's non-free archive has driver branches {have} (and its default): set "
+                             f"openstack.nvidia_driver_branch to one of them, or use an image with driver {branch}")
+        # DKMS builds the module against the running kernel's flavour: cloud images run -cloud-amd64.
+        headers = "linux-headers-cloud-amd64" if kernel.endswith("-cloud-amd64") else "linux-headers-amd64"
+        return [*DEBIAN_BRANCHES[branch], "firmware-misc-nonfree", headers]
+    raise ValueError(f"no driver packages known for {distribution}: use Ubuntu or Debian images, an image with the "
+                     "driver (openstack.nvidia_driver_install: false), or set the role's nvidia_driver_package")
+
+
+def driver_utils_package(dpkg_list: str) -> list[str]:
+    """After `ubuntu-drivers install --gpgpu`: nvidia-smi's package for the branch it chose,
+    from `dpkg-query -W -f '${Package}\\n'` output (ubuntu-drivers leaves nvidia-smi out)."""
+    branches = sorted({int(m) for m in re.findall(r"^(?:nvidia-headless-no-dkms|linux-modules-nvidia|nvidia-driver|"
+                                                  r"nvidia-headless)-(\d+)-server", dpkg_list, re.MULTILINE)})
+    return [f"nvidia-utils-{branches[-1]}-server"] if branches else []

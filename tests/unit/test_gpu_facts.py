@@ -1,0 +1,91 @@
+"""Reading GPU nodes' own tools (deployer/gpu_facts.py) on recorded outputs (tests/fixtures/gpu)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deployer import gpu_facts
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "gpu"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("fixture", "mode"), [
+    ("nvidia-smi-q.vgpu-v100d-8c.txt", "vgpu"),
+    ("nvidia-smi-q.passthrough-gh200.txt", "pass-through"),
+    ("nvidia-smi-q.baremetal-h100nvl-x2.txt", "none"),
+])
+def test_virtualization_mode_from_nvidia_smi_q(fixture, mode):
+    assert gpu_facts.virtualization((FIXTURES / fixture).read_text()) == mode
+
+
+def test_virtualization_unknown_without_the_section():
+    assert gpu_facts.virtualization("") == "unknown"
+    assert gpu_facts.virtualization("Attached vGPUs : 1\n") == "vgpu"
+
+
+def test_vgpu_profile_in_the_pci_subsystem():
+    assert gpu_facts.pci_vgpu((FIXTURES / "lspci-vmm.vgpu-v100d-8c.txt").read_text())
+    assert not gpu_facts.pci_vgpu((FIXTURES / "lspci-vmm.passthrough-v100.txt").read_text())
+    assert not gpu_facts.pci_vgpu("")
+
+
+def test_driver_packages():
+    assert gpu_facts.driver_packages("Ubuntu", 535) == ["nvidia-driver-535-server", "nvidia-utils-535-server"]
+    assert gpu_facts.driver_packages("Ubuntu", None) == []  # ubuntu-drivers picks
+    assert gpu_facts.driver_packages("Debian", None, "6.1.0-28-cloud-amd64") == [
+        "nvidia-driver", "nvidia-smi", "firmware-misc-nonfree", "linux-headers-cloud-amd64"]
+    assert gpu_facts.driver_packages("Debian", 470, "6.1.0-28-amd64")[:2] == ["nvidia-tesla-470-driver", "nvidia-tesla-470-smi"]
+    with pytest.raises(ValueError, match="branches 535, 470"):
+        gpu_facts.driver_packages("Debian", 580)
+    with pytest.raises(ValueError, match="Ubuntu or Debian"):
+        gpu_facts.driver_packages("Rocky", None)
+
+
+def test_nvidia_smi_for_the_branch_ubuntu_drivers_chose():
+    dpkg = "libc6\nnvidia-headless-no-dkms-535-server\nlinux-modules-nvidia-535-server-generic\nzlib1g\n"
+    assert gpu_facts.driver_utils_package(dpkg) == ["nvidia-utils-535-server"]
+    assert gpu_facts.driver_utils_package("libc6\n") == []
+
+
+GOOD = {"host": "w1", "torch": "2.13.0+cu126", "torch_cuda": "12.6", "cuda_available": True,
+        "arch_list": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"],
+        "devices": [{"index": 0, "name": "NVIDIA L40S", "compute_cap": "8.9"}], "cuda_op": "ok", "nccl": "ok",
+        "nccl_version": "2.29.3"}
+CHOICE = {"torch": "2.13.0", "variant": "cu126", "cuda": "12.6", "requirement": "torch==2.13.0+cu126"}
+
+
+def test_check_passes_a_working_node():
+    assert gpu_facts.check_problems("w1", GOOD, CHOICE) == []
+
+
+def test_check_names_node_and_cause():
+    no_volta = {**GOOD, "arch_list": ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"],
+                "devices": [{"index": 0, "name": "Tesla V100-SXM2-16GB", "compute_cap": "7.0"}], "torch_cuda": "13.0"}
+    problems = gpu_facts.check_problems("w2", no_volta, CHOICE)
+    assert any("w2: GPU 0 (Tesla V100-SXM2-16GB, 7.0) has no code" in p for p in problems)
+    assert any("torch reports CUDA 13.0" in p for p in problems)
+    nccl = gpu_facts.check_problems("w1", {**GOOD, "nccl": "NCCL error: unhandled system error"}, CHOICE)
+    assert nccl == ["w1: NCCL all-reduce between the node's GPUs failed: NCCL error: unhandled system error"]
+    dead = gpu_facts.check_problems("w3", {"host": "w3", "torch_cuda": "12.6", "cuda_available": False,
+                                           "cuda_error": "CUDA driver version is insufficient"}, CHOICE)
+    assert dead == ["w3: torch sees no GPU (CUDA driver version is insufficient); check the driver (nvidia-smi) "
+                    "and that CUDA 12.6 runs on it"]
+
+
+def test_gpu_check_script_on_this_machine_reports_no_gpu():
+    """benchmarks/gpu_check.py for real here (CPU torch, no GPU): a record, exit 1, and a verdict naming the cause."""
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py")], capture_output=True, text=True,
+                       timeout=120, check=False)
+    record = json.loads(r.stdout)
+    if record.get("cuda_available"):
+        pytest.skip("this machine has a GPU: the device run covers it")
+    assert r.returncode == 1 and record["torch_cuda"] is None
+    problems = gpu_facts.check_problems(record["host"], record, {"cuda": None})
+    assert problems and "torch sees no GPU" in problems[0]

@@ -1,0 +1,122 @@
+"""The GPU roles' decisions run by Ansible itself, on this machine, with the GPU tools
+replaced by stand-ins that print recorded outputs (tests/fixtures/gpu): no NVIDIA GPU or
+driver can run here. What runs for real: the roles' tasks, the filter plugin, deployer's
+choice and parsing code. What does not: a driver install, a reboot, CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_openstack_roles import inventory, run_playbook
+
+pytestmark = pytest.mark.slow  # each case is an ansible-playbook run
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "gpu"
+
+
+def stand_in(bindir: Path, name: str, script: str) -> None:
+    path = bindir / name
+    path.write_text(f"#!{sys.executable}\nimport sys\n{script}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def nvidia_smi(bindir: Path, query_out: str | None, q_fixture: str | None = None, old_driver: bool = False) -> None:
+    """A stand-in nvidia-smi: -L and --query-gpu answer like the recorded machine; -q prints the fixture.
+    old_driver: refuse the compute_cap field, as drivers before 510 do."""
+    q = (FIXTURES / q_fixture).read_text() if q_fixture else ""
+    stand_in(bindir, "nvidia-smi", f"""
+args = sys.argv[1:]
+if {old_driver!r} and any("compute_cap" in a for a in args):
+    print('Field "compute_cap" is not a valid field to query.'); sys.exit(2)
+if args[:1] == ["-q"]:
+    sys.stdout.write({q!r}); sys.exit(0)
+if args[:1] == ["-L"]:
+    print("GPU 0: stand-in"); sys.exit(0)
+sys.stdout.write({query_out!r})
+""")
+
+
+@pytest.fixture
+def bindir(tmp_path, monkeypatch):
+    if shutil.which("nvidia-smi") and "stand-in" not in (Path(shutil.which("nvidia-smi")).read_text(errors="ignore")):
+        pytest.skip("this machine has a real NVIDIA driver")
+    d = tmp_path / "bin"
+    d.mkdir()
+    monkeypatch.setenv("PATH", f"{d}{os.pathsep}{os.environ['PATH']}")
+    return d
+
+
+def local_inventory(**group_vars) -> dict:
+    inv = inventory(connection="local", **group_vars)
+    del inv["all"]["hosts"]["horovod-worker-1"]
+    inv["all"]["children"] = {"gpu": {"hosts": {"horovod-master": {}}}, "master": {"hosts": {"horovod-master": {}}}}
+    return inv
+
+
+DRIVER_PLAY = "---\n- name: NVIDIA driver\n  hosts: gpu\n  gather_facts: true\n  roles:\n    - nvidia_driver\n"
+
+
+def test_a_working_vgpu_guest_driver_is_left_alone(tmp_path, bindir):
+    nvidia_smi(bindir, "GRID V100D-8C, 535.216.01\n", "nvidia-smi-q.vgpu-v100d-8c.txt")
+    r = run_playbook(tmp_path, DRIVER_PLAY, local_inventory(), "--check")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "driver present (vgpu)" in r.stdout
+    assert "Install the driver packages" not in r.stdout
+
+
+def test_pass_through_is_read_from_the_driver(tmp_path, bindir):
+    nvidia_smi(bindir, "NVIDIA GH200 480GB, 550.127.05\n", "nvidia-smi-q.passthrough-gh200.txt")
+    r = run_playbook(tmp_path, DRIVER_PLAY, local_inventory(), "--check")
+    assert r.returncode == 0 and "driver present (pass-through)" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_vgpu_guest_without_a_driver_gets_none_installed(tmp_path, bindir):
+    if shutil.which("lspci") is None:
+        pytest.skip("lspci (pciutils) is not installed here")
+    lspci = (FIXTURES / "lspci-vmm.vgpu-v100d-8c.txt").read_text()
+    stand_in(bindir, "lspci", f"sys.stdout.write({lspci!r})")
+    r = run_playbook(tmp_path, DRIVER_PLAY, local_inventory(), "--check")
+    assert r.returncode != 0
+    assert "is an NVIDIA vGPU guest" in r.stdout and "none is installed" in r.stdout, r.stdout
+    assert "Install the driver packages" not in r.stdout and "Keep nouveau" not in r.stdout
+
+
+CHOOSE_PLAY = """\
+---
+- name: Choose torch
+  hosts: all
+  gather_facts: true
+  tasks:
+    - name: Choose
+      ansible.builtin.include_role:
+        name: training_runtime
+        tasks_from: choose_torch.yml
+"""
+
+
+def test_training_runtime_chooses_from_a_470_driver(tmp_path, bindir):
+    nvidia_smi(bindir, "Tesla V100-SXM2-16GB, 470.82.01\n", old_driver=True)
+    r = run_playbook(tmp_path, CHOOSE_PLAY, local_inventory())
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "torch==2.7.1+cu118: driver 470.82.01, Tesla V100-SXM2-16GB (7.0)" in r.stdout
+
+
+def test_training_runtime_stops_before_installing_when_nothing_fits(tmp_path, bindir):
+    nvidia_smi(bindir, "Tesla V100-SXM2-16GB, 418.67, 7.0\n")
+    r = run_playbook(tmp_path, CHOOSE_PLAY, local_inventory())
+    assert r.returncode != 0
+    assert "no published torch build fits" in r.stdout and "install driver branch 470 or newer" in r.stdout, r.stdout
+
+
+def test_training_runtime_keeps_the_spec_choice(tmp_path, bindir):
+    nvidia_smi(bindir, "NVIDIA A100-SXM4-80GB, 535.104.05, 8.0\n")
+    r = run_playbook(tmp_path, CHOOSE_PLAY, local_inventory(deployer_torch_release="2.7.1", deployer_torch_variant="cu118"))
+    assert r.returncode == 0 and "torch==2.7.1+cu118" in r.stdout, r.stdout + r.stderr
