@@ -148,14 +148,35 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def versions(cuda: bool, hosts: list[str], impl: str) -> dict:
+def nccl_version_text(version) -> str:
+    """torch.cuda.nccl.version() as "2.21.5": a (major, minor, patch) tuple on current torch, an
+    int NCCL_VERSION_CODE on old torch (major*1000 + minor*100 + patch before NCCL 2.9,
+    major*10000 + minor*100 + patch from 2.9 on, e.g. 2708 -> 2.7.8, 21805 -> 2.18.5)."""
+    if isinstance(version, int):
+        major, rest = divmod(version, 10000 if version >= 10000 else 1000)
+        return f"{major}.{rest // 100}.{rest % 100}"
+    return ".".join(map(str, version))
+
+
+def gpu_inventory(cuda: bool) -> tuple[int, str | None]:
+    """This rank's view of its node: how many GPUs torch sees, and their name."""
+    if not cuda:
+        return 0, None
+    return torch.cuda.device_count(), torch.cuda.get_device_name(torch.cuda.current_device())
+
+
+def versions(cuda: bool, hosts: list[str], impl: str, gpus: list[tuple[int, str | None]] | None = None) -> dict:
+    """The software and hardware record; `gpus`: every rank's gpu_inventory(), in rank order."""
     v = {"python": platform.python_version(), "kernel": platform.release(), "torch": torch.__version__, "model_impl": impl,
          "torchvision": getattr(sys.modules.get("torchvision"), "__version__", None) if tv_models else None,
          "mpi4py": __import__("mpi4py").__version__, "mpi": mpi_library(),
          "hosts": sorted(set(hosts)), "world_size": len(hosts)}
     if cuda:
         v.update(cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
-                 nccl=".".join(map(str, torch.cuda.nccl.version())), gpu=torch.cuda.get_device_name())
+                 nccl=nccl_version_text(torch.cuda.nccl.version()), gpu=torch.cuda.get_device_name())
+        if gpus:  # per node, as its ranks saw it: a node with fewer GPUs, or others, shows here
+            v["gpu_count"] = {h: n for h, (n, _) in zip(hosts, gpus, strict=True)}
+            v["gpu_names"] = {h: name for h, (_, name) in zip(hosts, gpus, strict=True)}
         if shutil.which("nvidia-smi"):
             out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                  capture_output=True, text=True, check=False)
@@ -175,6 +196,7 @@ def main(argv=None) -> int:
     if args.cuda:
         torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = True
+    gpus = comm.allgather(gpu_inventory(args.cuda))  # after set_device: each rank asks about its own GPU
     # why: N ranks on one host each defaulting to all cores oversubscribe the CPU;
     # mpirun may also bind a rank to fewer cores than that (then respect the binding).
     cores = min(len(os.sched_getaffinity(0)), max(1, (os.cpu_count() or 1) // local_size))
@@ -273,7 +295,7 @@ def main(argv=None) -> int:
                 "batch_size": args.batch_size, "image_size": args.image_size, "world_size": size,
                 "img_per_sec": total, "img_per_sec_per_rank": total / size, "conf": conf,
                 "ranks": ranks, "iters_rank0": img_secs, "flags": vars(args),
-                "versions": versions(args.cuda, hosts, impl)}))
+                "versions": versions(args.cuda, hosts, impl, gpus)}))
     if size > 1:
         dist.destroy_process_group()
     return 0

@@ -8,6 +8,7 @@ results, so each run can be repeated by hand on the master. Order:
   2. for each N: resnet_synthetic.py in --mode (dp), and ensemble at the largest N
      (or at every N with ensemble_every_n) for the communication share
   3. allreduce.py at the largest N (when it is >= 2)
+  3b. on GPU nodes: the non-empty NCCL warning logs the runs left in the run dir, copied back
   4. iperf3 master -> first worker, one way and --bidir: the rates busbw is read against
   5. with --net: iperf3 between every pair of nodes (a ring beyond 8 nodes), one at a
      time, for the matrix and the slowest link
@@ -70,9 +71,10 @@ class BenchOptions:
     profile: str = "horovod"
     profile_reason: str = "--profile"
     threads: int | None = None  # torch threads per rank; None: the benchmark's own choice
-    fp16_allreduce: bool = False
+    fp16_allreduce: bool = False  # opt-in, as in Horovod's pytorch_synthetic_benchmark.py
     amp: bool = False
     channels_last: bool = False
+    auto_flags: tuple[str, ...] = ()  # which of amp / channels_last were chosen by the hardware, not asked for
     ensemble_every_n: bool = False
     net: bool = False  # iperf3 between every pair of nodes
     timeline: bool = False  # torch.profiler trace of every rank at the largest N, merged
@@ -111,16 +113,35 @@ def size_bytes(text: str) -> int:
     return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
 
 
+def has_gpus(cluster: dict[str, Any]) -> bool:
+    """GPU nodes in the cluster: the benchmarks then run on CUDA with NCCL, else on CPUs with gloo."""
+    return any(gpus(n) > 0 for n in cluster["nodes"])
+
+
 def choose_profile(cluster: dict[str, Any], profile: str | None) -> tuple[str, str]:
     """The profile to run and why: the one asked for, else by the hardware."""
     if profile is not None:
         if profile not in PROFILES:
             raise UsageError(f"--profile {profile!r}: use one of {', '.join(PROFILES)}")
         return profile, "--profile"
-    if any(gpus(n) > 0 for n in cluster["nodes"]):
+    if has_gpus(cluster):
         return "horovod", "GPU nodes: Horovod's synthetic-benchmark defaults"
     return "quick", ("CPU-only nodes: Horovod's ResNet-50 at 224 px takes about an hour here; "
                      "`--profile horovod` runs the comparable study")
+
+
+# Flags whose default follows the hardware: on GPUs the field measures with mixed precision
+# and NHWC (NVIDIA's published ResNet-50 figures are AMP, channels-last), so a run without
+# them reads as a slow GPU; on CPUs neither helps the gloo runs this repository measures.
+GPU_DEFAULTS = ("amp", "channels_last")
+
+
+def gpu_defaults(cluster: dict[str, Any], asked: dict[str, bool | None]) -> tuple[dict[str, bool], tuple[str, ...]]:
+    """amp and channels_last: what was asked for (True/False), else on with GPU nodes and off
+    on CPU-only ones. Returns the values and the names chosen automatically."""
+    on = has_gpus(cluster)
+    values = {k: on if asked.get(k) is None else bool(asked[k]) for k in GPU_DEFAULTS}
+    return values, tuple(k for k in GPU_DEFAULTS if asked.get(k) is None)
 
 
 def threads_per_rank(cluster: dict[str, Any], counts: tuple[int, ...]) -> int | None:
@@ -157,7 +178,8 @@ def make_options(cluster: dict[str, Any], *, nodes: str | None = None, profile: 
     name, why = choose_profile(cluster, profile)
     given = {k: v for k, v in flags.items() if v is not None}
     counts = parse_node_counts(nodes, len(cluster["nodes"]))
-    merged = {**PROFILES[name], **given, "profile": name, "profile_reason": why}
+    chosen, auto = gpu_defaults(cluster, {k: flags.get(k) for k in GPU_DEFAULTS})
+    merged = {**PROFILES[name], **given, **chosen, "auto_flags": auto, "profile": name, "profile_reason": why}
     if "threads" not in given:
         merged["threads"] = threads_per_rank(cluster, counts)
     opts = BenchOptions(nodes=counts, **merged)
@@ -192,6 +214,22 @@ def hostfiles_cmd(cluster: dict[str, Any], run_id: str, counts: tuple[int, ...])
             f"head -n $n {cluster['shared_dir']}/hostfile > {d}/hostfile.$n; done")
 
 
+NCCL_DEBUG = "WARN"
+
+
+def nccl_log_pattern(cluster: dict[str, Any], run_id: str) -> str:
+    """Where every rank of a GPU run writes NCCL's warnings: the run dir on the shared
+    storage, one file per process (NCCL expands %h to the host, %p to the pid)."""
+    return f"{run_dir(cluster, run_id)}/nccl.%h.%p.log"
+
+
+def nccl_env(cluster: dict[str, Any], run_id: str) -> dict[str, str]:
+    """NCCL_DEBUG / NCCL_DEBUG_FILE for the runs on GPU nodes; none on CPU nodes (gloo)."""
+    if not has_gpus(cluster):
+        return {}
+    return {"NCCL_DEBUG": NCCL_DEBUG, "NCCL_DEBUG_FILE": nccl_log_pattern(cluster, run_id)}
+
+
 def mpirun_cmd(cluster: dict[str, Any], run_id: str, n: int, timeout_s: int, script: str, args: list[str]) -> str:
     np_ = len(rank_nodes(cluster, n))
     root = " --allow-run-as-root" if cluster["ssh_user"] == "root" else ""
@@ -200,16 +238,29 @@ def mpirun_cmd(cluster: dict[str, Any], run_id: str, n: int, timeout_s: int, scr
     # (the training env's python) and the socket interface to every rank; an unset
     # name is only a warning. timeout --kill-after bounds a hung rank.
     # --tag-output prefixes each line with its rank, so a failure names the rank that died.
+    # On GPU nodes -x NAME=value also sets NCCL's warning log for every rank: a file per
+    # process in the run dir, so a warning on a worker is not lost in rank 0's stdout.
+    nccl = "".join(f" -x {k}={v}" for k, v in nccl_env(cluster, run_id).items())
     return (f"timeout --kill-after=30 {timeout_s} mpirun{root} --tag-output --hostfile {run_dir(cluster, run_id)}/hostfile.{n}"
-            f" -np {np_} --map-by slot --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME"
+            f" -np {np_} --map-by slot --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME{nccl}"
             f" python {cluster['shared_dir']}/benchmarks/{script} " + " ".join(args))
+
+
+NCCL_LOG_TAIL = 65536  # bytes of each NCCL log brought back; WARN-level logs are far smaller
+
+
+def nccl_logs_cmd(cluster: dict[str, Any], run_id: str) -> str:
+    """Print every non-empty NCCL log of the run, each after a '==> name <==' line (as tail does;
+    the echo after each ends a last line that has no newline, so the next header starts a line)."""
+    return (f"cd {run_dir(cluster, run_id)} && for f in nccl.*.log; do [ -s \"$f\" ] || continue; "
+            f"echo \"==> $f <==\"; tail -c {NCCL_LOG_TAIL} \"$f\"; echo; done; true")
 
 
 def resnet_args(opts: BenchOptions, mode: str) -> list[str]:
     args = ["--json", "--mode", mode, "--model", opts.model, "--batch-size", str(opts.batch_size),
             "--image-size", str(opts.image_size), "--num-warmup-batches", str(opts.num_warmup_batches),
             "--num-batches-per-iter", str(opts.num_batches_per_iter), "--num-iters", str(opts.num_iters)]
-    for flag in ("fp16_allreduce", "amp", "channels_last"):
+    for flag in ("fp16_allreduce", *GPU_DEFAULTS):
         if getattr(opts, flag):
             args.append("--" + flag.replace("_", "-"))
     if opts.threads:
@@ -293,6 +344,7 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     outdir.mkdir(parents=True, exist_ok=True)
     script = outdir / "commands.sh"
     script.write_text(f"# deployer bench {run_id}: the same runs, typed by hand on the master\n")
+    nccl = nccl_env(cluster, run_id)  # GPU nodes: where every rank's NCCL warnings go
 
     def remote(name: str, cmd: str, timeout: float, *, cleanup: bool = True, on_line: Callable[[str], None] | None = None,
                nodes: int = 0) -> str:
@@ -305,6 +357,8 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
             if cleanup:
                 runner.run(cleanup_cmd(cluster), timeout=60)  # leave no rank running
             why = diagnose(rc, out, err, rank_nodes(cluster, nodes), opts.run_timeout_s)
+            if nodes and nccl:  # the sweep stops here, so the logs stay on the master: name them
+                why += f"; NCCL warnings, if any: {nccl['NCCL_DEBUG_FILE']} on the master"
             raise OperationFailed(f"{name} failed: {why}", log=log)
         return out
 
@@ -315,6 +369,11 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
             + (f", {opts.threads} thread(s) per rank" if opts.threads else ""))
     if opts.profile_reason != "--profile":
         ui.info(f"  profile {opts.profile}: {opts.profile_reason}")
+    ui.info(f"  {bench_report.precision_text(asdict(opts))}"
+            + (f" — auto: {'on with GPU nodes' if has_gpus(cluster) else 'off on CPU-only nodes'}; "
+               "--[no-]amp and --[no-]channels-last choose" if opts.auto_flags else ""))
+    if nccl:
+        ui.info(f"  NCCL_DEBUG={nccl['NCCL_DEBUG']}: each rank's NCCL warnings go to {nccl['NCCL_DEBUG_FILE']}")
     sharing = cpu_sharing(cluster, opts)
     if sharing:
         ui.info(f"  the nodes share this machine's {sharing['shared_cpus']} cores: {opts.threads} thread(s) per rank at every N, "
@@ -357,6 +416,21 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
               f"max {max(r['busbw_gb_s'] for r in ar['rows']):.3f} GB/s, {ar['wrong']} wrong")
     else:
         ui.info("all-reduce skipped: it needs 2 or more nodes")
+
+    nccl_copy: Path | None = None
+    if nccl:
+        try:
+            logs = remote("nccl-logs", nccl_logs_cmd(cluster, run_id), 120, cleanup=False)
+        except OperationFailed as e:  # results stand without it; the files stay on the master
+            logs = ""
+            ui.warn(f"NCCL logs not copied ({e}); they are on the master: {nccl['NCCL_DEBUG_FILE']}")
+        count = sum(1 for line in logs.splitlines() if line.startswith("==> "))
+        if count:
+            nccl_copy = outdir / "nccl.log"
+            nccl_copy.write_text(logs)
+            ui.warn(f"NCCL wrote warnings in {count} log(s): {nccl_copy} (on the master: {nccl['NCCL_DEBUG_FILE']})")
+        else:
+            ui.ok("NCCL wrote no warnings")
 
     link = bidir = None
     workers = [n for n in cluster["nodes"] if n["role"] != "master"]
@@ -404,12 +478,18 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
         "node_counts": list(opts.nodes),
         "flags": asdict(opts),
         "cpu_sharing": sharing,
+        "nccl_debug": nccl or None,  # the NCCL_DEBUG / NCCL_DEBUG_FILE every GPU run had
     }
     report = bench_report.aggregate(run_id, resnet, allreduce, link, versions, mode=opts.mode,
                                     link_bidir_gbit_s=bidir, network=network)
     if timeline:
         report["files"]["timeline"] = str(timeline)
+    if nccl_copy:
+        report["files"]["nccl_logs"] = str(nccl_copy)
     bench_report.write_files(report, outdir)
+    line = bench_report.reference_line(report)
+    if line:
+        ui.info(line)
     ui.ok(f"results in {outdir}")
     return report
 

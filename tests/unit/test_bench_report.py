@@ -67,8 +67,9 @@ def report():
 
 
 def test_aggregate_schema_and_figures(report):
-    assert report["schema"] == 2
-    assert set(report) == {"schema", "run_id", "results", "allreduce", "link", "network", "files", "versions"}
+    assert report["schema"] == 3
+    assert set(report) == {"schema", "run_id", "results", "allreduce", "link", "network", "files", "versions", "reference"}
+    assert report["reference"] is None  # a CPU run: no GPU to set against NVIDIA's figures
     assert [r["nodes"] for r in report["results"]] == [1, 2, 3]  # ensemble run is not a row
     for row in report["results"]:
         assert {"nodes", "ranks", "img_per_sec", "img_per_sec_per_rank", "efficiency"} <= set(row)
@@ -94,7 +95,7 @@ def test_efficiency_baseline_without_one_node():
 def test_write_files(report, tmp_path):
     br.write_files(report, tmp_path / "out")
     files = report["files"]
-    assert set(files) == {"json", "csv", "plots", "timeline"} and files["timeline"] is None
+    assert set(files) == {"json", "csv", "plots", "timeline", "nccl_logs"} and files["timeline"] is None and files["nccl_logs"] is None
     on_disk = json.loads(Path(files["json"]).read_text())
     assert on_disk["files"] == files and on_disk["results"] == report["results"]
     rows = list(csv.DictReader(Path(files["csv"]).read_text().splitlines()))

@@ -124,3 +124,15 @@ def test_cli(capsys):
     assert "not a version number" in capsys.readouterr().err
     assert gpu_runtime.main([]) == 0
     assert "torch==2.13.0" in capsys.readouterr().out
+
+
+def test_docs_table_lists_every_build_of_the_matrix():
+    """docs/gpu.md repeats the matrix for readers; a build added to the YAML must reach it."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "gpu.md").read_text()
+    rows = {tuple(c.replace("*", "").strip().split(" ")[0] for c in line.split("|")[1:3]) for line in doc.splitlines()
+            if line.startswith("| ")}
+    for r in gpu_runtime.matrix()["releases"]:
+        for b in r["builds"]:
+            assert (r["torch"], b["variant"]) in rows, f"docs/gpu.md lacks torch {r['torch']} {b['variant']}"

@@ -1,0 +1,65 @@
+"""The NVIDIA driver role's package choice on the local Debian 12 nodes, with apt's
+simulation mode: the non-free components are really enabled and read, and apt really
+resolves the packages the role names (nvidia-driver + nvidia-smi, or a Tesla branch) —
+only the installation itself is simulated, since no node here has an NVIDIA GPU.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from .conftest import NAME
+
+pytestmark = pytest.mark.integration
+
+PLAY = """\
+---
+- name: Driver packages, simulated
+  hosts: {host}
+  become: true
+  gather_facts: true
+  tasks:
+    - name: Choose and simulate the packages
+      ansible.builtin.include_role:
+        name: nvidia_driver
+        tasks_from: packages.yml
+      vars:
+        nvidia_driver_simulate: true
+        nvidia_driver_branch: {branch}
+    - name: Keep apt's answer
+      ansible.builtin.copy:
+        content: "{{{{ {{'packages': nvidia_driver_packages, 'apt': nvidia_driver_apt}} | to_json }}}}"
+        dest: "{out}"
+        mode: "0644"
+      delegate_to: localhost
+      become: false
+"""
+
+
+@pytest.mark.parametrize(("branch", "expect"), [
+    (None, ["nvidia-driver", "nvidia-smi"]),
+    (470, ["nvidia-tesla-470-driver", "nvidia-tesla-470-smi"]),
+])
+def test_driver_packages_resolve_on_debian_12(local_cluster, tmp_path, branch, expect):
+    from deployer.ansible import run_playbook
+
+    host = f"{NAME}-worker-1"
+    out = tmp_path / "apt.json"
+    play = tmp_path / "play.yml"
+    play.write_text(PLAY.format(host=host, branch="null" if branch is None else branch, out=out))
+    inv = local_cluster.state / "inventory" / "hosts.yml"
+    assert yaml.safe_load(inv.read_text()), inv
+    result = run_playbook(inv, tmp_path / "run", playbook=str(play), limit=[host])
+    assert not result.failures, result.failures
+    answer = json.loads(out.read_text())
+    assert answer["packages"][:2] == expect
+    assert "linux-headers-amd64" in answer["packages"]  # the containers run this host's kernel
+    sim = answer["apt"]["stdout"]
+    for package in expect:
+        assert f"Inst {package} " in sim, sim[-2000:]  # apt resolved it, dependencies and all
+    assert answer["apt"]["changed"]  # would install; nothing was
+    p = local_cluster.deployer("ssh", host, "--", "dpkg-query", "-W", expect[0])
+    assert p.returncode != 0  # simulation only: the package is not installed
