@@ -9,10 +9,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import time
 from typing import Any
 
-from . import boot, drift, inventory, ledger, lifetime, nodes, terraform, ui
+from . import boot, drift, inventory, ledger, lifetime, nodes, terraform, timings, ui
 from .errors import DeployerError, OperationFailed, UsageError
 from .providers import get_provider
 from .readiness import wait_for_boot
@@ -97,11 +96,12 @@ def _set_lifetime(spec: ClusterSpec, state: ClusterState, ttl_given: bool) -> di
 def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replace: list[str] | None = None,
        ttl_given: bool = False) -> dict[str, Any]:
     provider = get_provider(spec.provider)
-    _check_same_cluster(spec, state)
-    replace_nodes = _replace_nodes(spec, state, replace or [])
-    checked = provider.preflight(spec, state)  # raises before anything exists
-    tf_env = provider.terraform_env(spec)  # the credentials Terraform will see: refuses what it cannot read
-    t0 = time.monotonic()
+    times = timings.Stages()
+    with times.stage("preflight"):
+        _check_same_cluster(spec, state)
+        replace_nodes = _replace_nodes(spec, state, replace or [])
+        checked = provider.preflight(spec, state)  # raises before anything exists
+        tf_env = provider.terraform_env(spec)  # the credentials Terraform will see: refuses what it cannot read
     with state.lock("up"):
         state.create()
         state.write_record(state.spec_file, {"spec": spec.model_dump(mode="json")})
@@ -109,36 +109,38 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         # even when the spec record is lost.
         state.write_record(state.origin_file, {"provider": provider.name, "terraform_env": tf_env})
         run_dir = state.new_run_dir("up")
+        times.run_dir = run_dir
         ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/] "
                 f"({provider.description}); logs in {run_dir}")
         _set_lifetime(spec, state, ttl_given)  # before anything is made, so `gc` finds even a half-made cluster
-        boot.write_user_data(spec, state)  # each node's first boot, read by Terraform
-        provider.prepare(spec, state)
-        started, recreate = _repair(provider, spec, state, tf_env)
+        with times.stage("prepare"):  # locally: the base image, made once and cached
+            boot.write_user_data(spec, state)  # each node's first boot, read by Terraform
+            provider.prepare(spec, state)
+            started, recreate = _repair(provider, spec, state, tf_env)
+        with times.stage("apply"):
+            eng = _terraform(spec, state, run_dir, tf_env)
+            eng.write_vars(provider.tfvars(spec, state, checked))
+            ui.step("terraform: provisioning nodes")
+            eng.init()
+            changes = {"add": 0, "change": 0, "remove": 0}
 
-        eng = _terraform(spec, state, run_dir, tf_env)
-        eng.write_vars(provider.tfvars(spec, state, checked))
-        ui.step("terraform: provisioning nodes")
-        eng.init()
-        changes = {"add": 0, "change": 0, "remove": 0}
+            def on_event(ev: dict[str, Any]) -> None:
+                if ev.get("type") == "change_summary":
+                    changes.update(ev.get("changes", {}))
+                line = terraform.describe(ev)
+                if line and ev.get("type") != "provision_progress":
+                    ui.info(f"  {line}")
 
-        def on_event(ev: dict[str, Any]) -> None:
-            if ev.get("type") == "change_summary":
-                changes.update(ev.get("changes", {}))
-            line = terraform.describe(ev)
-            if line and ev.get("type") != "provision_progress":
-                ui.info(f"  {line}")
-
-        eng.apply(on_event, replace=[provider.node_resource(n) for n in sorted(set(replace_nodes) | set(recreate))])
-        cluster = eng.output()["cluster"]
-        state.write_record(state.cluster_file, cluster)
-        ledger.note(state, cluster)  # node-hours from now on (created, scaled)
-        placed = provider.place(spec, state, cluster)
-        if placed:
-            ui.info(f"  {placed}")
-        boot.prune(state, cluster)
-        boot.write_access(state, cluster)  # pinned known_hosts + ssh_config, before any SSH
-        tf_changed = changes.get("add", 0) + changes.get("change", 0) + changes.get("remove", 0)
+            eng.apply(on_event, replace=[provider.node_resource(n) for n in sorted(set(replace_nodes) | set(recreate))])
+            cluster = eng.output()["cluster"]
+            state.write_record(state.cluster_file, cluster)
+            ledger.note(state, cluster)  # node-hours from now on (created, scaled)
+            placed = provider.place(spec, state, cluster)
+            if placed:
+                ui.info(f"  {placed}")
+            boot.prune(state, cluster)
+            boot.write_access(state, cluster)  # pinned known_hosts + ssh_config, before any SSH
+            tf_changed = changes.get("add", 0) + changes.get("change", 0) + changes.get("remove", 0)
         ui.ok(f"terraform: {changes.get('add', 0)} added, {changes.get('change', 0)} changed, {changes.get('remove', 0)} destroyed")
 
         inv = inventory.write(cluster, spec, state)
@@ -150,7 +152,9 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             # Nothing runs on a node before it answers with its pinned key and cloud-init is done.
             ui.step(f"boot: waiting for SSH with the pinned host key and for cloud-init on {_count(waiting, cluster)} "
                     f"(up to {provider.boot_timeout_s}s)")
-            ready = wait_for_boot(state, _only(cluster, waiting), timeout_s=provider.boot_timeout_s, hint=provider.boot_log_hint)
+            with times.stage("boot"):
+                ready = wait_for_boot(state, _only(cluster, waiting), timeout_s=provider.boot_timeout_s,
+                                      hint=provider.boot_log_hint)
             ui.ok(f"boot: {len(ready)} node(s) ready (slowest {max(ready.values()):.1f}s)")
         if not plan.why:
             # Same machines, same inventory, same roles as the last successful run: Ansible
@@ -166,19 +170,27 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
                 state.configured_file.unlink(missing_ok=True)
             else:
                 state.write_record(state.configured_file, drift.configured_record(fingerprint, cluster, done_before))
-            play = run_playbook(inv, run_dir, limit=plan.limit())
+            with times.stage("ansible"):
+                try:
+                    play = run_playbook(inv, run_dir, limit=plan.limit())
+                finally:  # a failed play's roles count too: they say where it stopped
+                    times.roles = timings.ansible_roles(run_dir / "ansible-events.jsonl")
             ansible_changed = play.total_changed
             state.write_record(state.configured_file, drift.configured_record(fingerprint, cluster, run=run_dir.name))
             ui.ok(f"ansible: {sum(play.ok.values())} ok, {play.total_changed} changed on {_count(list(plan.why), cluster)}")
 
-        hosts = smoke_check(state, cluster)
+        with times.stage("smoke"):
+            hosts = smoke_check(state, cluster)
         ui.ok(f"smoke check: mpirun reached {', '.join(hosts)}")
         converged = tf_changed == 0 and ansible_changed == 0 and not started
+        took = times.write(run_dir)
         ui.ok(("no changes: the cluster already matched the spec" if converged else "cluster is up")
-              + f" ({time.monotonic() - t0:.0f}s). Next: `deployer ssh`, `deployer bench`, `deployer status`")
+              + f" ({took['total_s']:.0f}s). Next: `deployer ssh`, `deployer bench`, `deployer status`")
+        ui.info(timings.summary("up", len(cluster["nodes"]), took))
         return {
-            "name": spec.name, "converged": converged, "seconds": round(time.monotonic() - t0, 1), "run_dir": str(run_dir),
+            "name": spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run_dir),
             "started": started, "recreated": sorted(set(recreate) | set(replace_nodes)), "configured": plan.why,
+            "timings": took,
         }
 
 

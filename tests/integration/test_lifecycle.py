@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -14,6 +15,17 @@ pytestmark = pytest.mark.integration
 
 def test_up_reported_the_smoke_check(local_cluster):
     assert "smoke check: mpirun reached itest-master, itest-worker-1, itest-worker-2" in local_cluster.up_log
+
+
+def test_up_says_where_its_time_went(local_cluster):
+    line = next(ln for ln in local_cluster.up_log.splitlines() if f"up {NODES} nodes in " in ln)
+    for stage in ("preflight", "prepare", "apply", "boot", "ansible", "smoke"):
+        assert f" {stage} " in line, line
+    assert re.search(r"ansible \d+ s \((training_runtime|jupyterlab|mpi) \d+ s\)", line), line
+    newest = sorted((local_cluster.state / "runs").glob("*-up"))[0]  # the first up: the one up_log shows
+    record = json.loads((newest / "timings.json").read_text())
+    assert {"training_runtime", "mpi", "common"} <= set(record["ansible_roles_s"])
+    assert record["total_s"] >= sum(record["stages_s"].values()) - 1
 
 
 def test_status_json_lists_every_node_reachable_master_first(local_cluster):

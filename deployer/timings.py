@@ -1,0 +1,97 @@
+"""Where an `up` spends its time: each stage timed, Ansible split per role.
+
+Every run writes `timings.json` to its run directory, `--json` carries the same record,
+and the last line says it in one breath:
+
+    up 3 nodes in 112 s: preflight 1 s · apply 14 s · boot 9 s · ansible 80 s (training_runtime 41 s) · smoke 3 s
+
+Ansible's per-role times come from ansible-runner's own event log (ansible-events.jsonl):
+a task's time runs from its start event to the next task's, and counts to its role (or,
+for tasks outside a role, to its play). Concurrent hosts share a task, so the sum is wall
+time, not CPU time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+# Events that open a span of wall time in the log; the next one closes it.
+_SPAN_EVENTS = ("playbook_on_start", "playbook_on_play_start", "playbook_on_task_start", "playbook_on_stats")
+
+
+class Stages:
+    """Wall time per named stage of one run, in the order the stages ran."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.seconds: dict[str, float] = {}
+        self.roles: dict[str, float] = {}
+        self.failed: str | None = None
+        self.run_dir: Path | None = None  # once set, a failing stage still leaves timings.json
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        except BaseException:
+            self.failed = name
+            raise
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - start
+            if self.failed == name and self.run_dir:
+                self.write(self.run_dir)
+
+    def total(self) -> float:
+        return time.monotonic() - self.t0
+
+    def record(self) -> dict[str, Any]:
+        rec = {"total_s": round(self.total(), 1), "stages_s": {k: round(v, 1) for k, v in self.seconds.items()},
+               "ansible_roles_s": {k: round(v, 1) for k, v in self.roles.items()}}
+        return {**rec, "failed_stage": self.failed} if self.failed else rec
+
+    def write(self, run_dir: Path) -> dict[str, Any]:
+        rec = self.record()
+        (run_dir / "timings.json").write_text(json.dumps(rec, indent=1) + "\n")
+        return rec
+
+
+def ansible_roles(events_log: Path) -> dict[str, float]:
+    """Seconds per role (or play, for tasks outside roles) from ansible-runner's event log,
+    slowest first; {} when there is no log (Ansible did not run)."""
+    if not events_log.exists():
+        return {}
+    spans: list[tuple[str | None, datetime]] = []
+    for line in events_log.read_text().splitlines():
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash: the rest still counts
+        if ev.get("event") not in _SPAN_EVENTS or "created" not in ev:
+            continue
+        data = ev.get("event_data", {})
+        owner = (data.get("role") or data.get("play")) if ev["event"] == "playbook_on_task_start" else None
+        spans.append((owner, datetime.fromisoformat(ev["created"])))
+    roles: dict[str, float] = {}
+    for (owner, start), (_, end) in zip(spans, spans[1:], strict=False):
+        if owner:
+            roles[owner] = roles.get(owner, 0.0) + (end - start).total_seconds()
+    return dict(sorted(roles.items(), key=lambda kv: -kv[1]))
+
+
+def summary(verb: str, nodes: int, rec: dict[str, Any]) -> str:
+    """One line: the total, every stage, and the slowest role inside the ansible stage."""
+    parts = []
+    for name, s in rec["stages_s"].items():
+        part = f"{name} {s:.0f} s"
+        if name == "ansible" and rec.get("ansible_roles_s"):
+            role, rs = next(iter(rec["ansible_roles_s"].items()))
+            part += f" ({role} {rs:.0f} s)"
+        parts.append(part)
+    return f"{verb} {nodes} node{'s' if nodes != 1 else ''} in {rec['total_s']:.0f} s: " + " · ".join(parts)
