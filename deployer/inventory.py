@@ -74,6 +74,7 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
         "deployer_monitoring_retention": m.retention,
         "deployer_grafana_enabled": m.grafana,
         "deployer_jupyter_enabled": spec.jupyter,
+        "deployer_scheduler": spec.scheduler,
         "deployer_secrets_dir": str(state.secrets_dir),
         "deployer_repo_dir": str(assets_root()),
         # The master's own teardown at expiry (roles/teardown_timer): the credential's id

@@ -20,6 +20,7 @@ from .nodes import node_names as _node_names
 
 DEFAULT_NAME = "demo"
 PROVIDERS = ("local", "openstack")
+SCHEDULERS = ("none", "slurm")
 NAME_PATTERN = CLUSTER_NAME_PATTERN
 
 
@@ -128,6 +129,9 @@ class ClusterSpec(_Strict):
     shared_dir: str = Field("/shared", pattern=r"^/[A-Za-z0-9_./-]+$")
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
     jupyter: bool = Field(True, description="JupyterLab on the master's loopback, reached with `deployer notebook`")
+    scheduler: Literal["none", "slurm"] = Field(
+        "none", description="slurm: munge, slurmctld on the master and slurmd on every node (docs/slurm.md)"
+    )
     ttl: str | None = Field(None, description="lifetime, e.g. 8h: `deployer gc` destroys the cluster after it; none: no expiry")
     local: LocalSpec = Field(default_factory=LocalSpec)
     openstack: OpenStackSpec = Field(default_factory=OpenStackSpec)
@@ -206,6 +210,8 @@ def _format_error(err: ValidationError, source: str) -> str:
         msg = "unknown key; remove it or check the spelling (see `deployer init` for every key)"
     elif first["type"] == "literal_error" and loc == "provider":
         msg = f"unknown provider {first['input']!r}; use one of: {', '.join(PROVIDERS)}"
+    elif first["type"] == "literal_error" and loc == "scheduler":
+        msg = f"unknown scheduler {first['input']!r}; use one of: {', '.join(SCHEDULERS)}"
     elif first["type"] == "string_type" and isinstance(first.get("input"), bool):
         word = "true" if first["input"] else "false"
         msg = f"YAML reads this unquoted word as {word} (yes/no/on/off are booleans); quote it, e.g. {loc}: \"off\""
@@ -257,6 +263,7 @@ monitoring:
   grafana: true       # the Grafana server runs on OpenStack only (no package source locally)
 
 jupyter: true         # JupyterLab on the master, private: `deployer notebook` tunnels to it
+scheduler: none       # none (mpirun over the hostfile) | slurm (sbatch/srun; docs/slurm.md)
 # ttl: 8h             # expiry (30m, 8h, 2d, 1w): `deployer gc --yes` destroys the cluster after it
 
 local:

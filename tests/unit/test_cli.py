@@ -120,3 +120,12 @@ def test_bad_local_access_names_the_choices(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "local.access" in p.stderr and "'direct' or 'via_master'" in p.stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == ["cluster.yaml"]
+
+
+def test_unknown_scheduler_is_one_line_exit_2_naming_the_allowed_values(tmp_path):
+    (tmp_path / "cluster.yaml").write_text("scheduler: pbs\n")
+    p = run("up", cwd=tmp_path)
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert "scheduler: unknown scheduler 'pbs'; use one of: none, slurm" in lines[0]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["cluster.yaml"]
