@@ -1,7 +1,7 @@
 """What both benchmark scripts need and must do the same way: where rank 0 listens for
-torch.distributed's rendezvous, and the MPI library's name for the version record.
+torch.distributed's rendezvous, the MPI library's name and NCCL's version for the version record.
 
-Imported by resnet_synthetic.py and allreduce.py from their own directory, so each
+Imported by resnet_synthetic.py, allreduce.py and gpu_check.py from their own directory, so each
 stays runnable by hand: `mpirun ... python /shared/benchmarks/<script>.py`.
 """
 
@@ -42,3 +42,13 @@ def mpi_library() -> str:
     from mpi4py import MPI
 
     return MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]
+
+
+def nccl_version_text(version) -> str:
+    """torch.cuda.nccl.version() as "2.21.5": a (major, minor, patch) tuple on current torch, an
+    int NCCL_VERSION_CODE on old torch (major*1000 + minor*100 + patch before NCCL 2.9,
+    major*10000 + minor*100 + patch from 2.9 on, e.g. 2708 -> 2.7.8, 21805 -> 2.18.5)."""
+    if isinstance(version, int):
+        major, rest = divmod(version, 10000 if version >= 10000 else 1000)
+        return f"{major}.{rest // 100}.{rest % 100}"
+    return ".".join(map(str, version))

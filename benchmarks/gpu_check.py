@@ -19,6 +19,8 @@ import sys
 import tempfile
 import traceback
 
+from bench_common import nccl_version_text
+
 
 def _allreduce(rank: int, world: int, init_file: str) -> None:
     import torch
@@ -68,8 +70,7 @@ def main() -> int:
             record["cuda_op"] = "ok" if y == y else "matmul gave NaN"  # noqa: PLR0124 - NaN check
         except Exception as e:  # noqa: BLE001
             record["cuda_op"] = " ".join(str(e).split())[:300]
-        nccl = torch.cuda.nccl.version()
-        record["nccl_version"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+        record["nccl_version"] = nccl_version_text(torch.cuda.nccl.version())
         record["nccl"] = nccl_allreduce(n) if record["cuda_op"] == "ok" else "skipped: the CUDA operation failed"
     except Exception:  # noqa: BLE001 - e.g. torch does not import: say why, in the record
         record["error"] = traceback.format_exc().strip().splitlines()[-1]

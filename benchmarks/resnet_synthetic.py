@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from bench_common import mpi_library, rendezvous
+from bench_common import mpi_library, nccl_version_text, rendezvous
 from mpi4py import MPI
 from torch import nn, optim
 
@@ -146,16 +146,6 @@ def parse_args(argv=None):
     p.add_argument("--progress", action="store_true",
                    help="rank 0 prints a 'PROGRESS {json}' line after every batch (deployer bench shows them)")
     return p.parse_args(argv)
-
-
-def nccl_version_text(version) -> str:
-    """torch.cuda.nccl.version() as "2.21.5": a (major, minor, patch) tuple on current torch, an
-    int NCCL_VERSION_CODE on old torch (major*1000 + minor*100 + patch before NCCL 2.9,
-    major*10000 + minor*100 + patch from 2.9 on, e.g. 2708 -> 2.7.8, 21805 -> 2.18.5)."""
-    if isinstance(version, int):
-        major, rest = divmod(version, 10000 if version >= 10000 else 1000)
-        return f"{major}.{rest // 100}.{rest % 100}"
-    return ".".join(map(str, version))
 
 
 def gpu_inventory(cuda: bool) -> tuple[int, str | None]:

@@ -487,9 +487,6 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     if nccl_copy:
         report["files"]["nccl_logs"] = str(nccl_copy)
     bench_report.write_files(report, outdir)
-    line = bench_report.reference_line(report)
-    if line:
-        ui.info(line)
     ui.ok(f"results in {outdir}")
     return report
 

@@ -57,7 +57,7 @@ def check_problems(host: str, record: dict[str, Any], choice: dict[str, Any]) ->
                         f"(CUDA {want}) was chosen: another torch shadows it in the venv")
     if not record.get("cuda_available"):
         problems.append(f"{host}: torch sees no GPU ({record.get('cuda_error') or 'torch.cuda.is_available() is False'}); "
-                        "check the driver (nvidia-smi) and that CUDA {want} runs on it".replace("{want}", str(want)))
+                        f"check the driver (nvidia-smi) and that CUDA {want} runs on it")
         return problems
     archs = [a.removeprefix("sm_").replace("_", "") for a in record.get("arch_list", [])]
     archs = [f"{a[:-1]}.{a[-1]}" for a in archs if a.isdigit()]

@@ -14,6 +14,7 @@ import sys
 import pytest
 import yaml
 
+from tests.role_checks import assert_layout_and_defaults
 from tests.unit.test_monitoring_ansible import ANSIBLE_PLAYBOOK, REPO, ROLES_DIR, inventory, render_prometheus_config, run_playbook
 
 pytestmark = pytest.mark.slow  # Ansible renders the roles (a playbook run each)
@@ -24,14 +25,7 @@ LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": sys.execut
 
 
 def test_role_layout_and_every_default_specified():
-    for f in ("defaults/main.yml", "tasks/main.yml", "handlers/main.yml", "meta/main.yml", "meta/argument_specs.yml"):
-        assert (ROLE / f).is_file(), f
-    defaults = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
-    spec = yaml.safe_load((ROLE / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
-    for name in defaults:
-        assert name.startswith("jupyterlab_")
-        if name != "jupyterlab_password":  # its check would print it
-            assert name in spec, name
+    spec = assert_layout_and_defaults(ROLE, "jupyterlab_", {"jupyterlab_password"})  # its check would print it
     assert "jupyterlab_password" not in spec
 
 

@@ -14,6 +14,7 @@ import sys
 import pytest
 import yaml
 
+from tests.role_checks import assert_layout_and_defaults
 from tests.unit.test_monitoring_ansible import ANSIBLE_PLAYBOOK, REPO, ROLES_DIR, inventory, run_playbook
 from tests.unit.test_slurm import LXC, VM
 
@@ -24,14 +25,7 @@ UNSPECIFIED = {"slurm_munge_key"}  # its check would print it
 
 
 def test_role_layout_and_every_default_specified():
-    for f in ("defaults/main.yml", "tasks/main.yml", "handlers/main.yml", "meta/main.yml", "meta/argument_specs.yml"):
-        assert (ROLE / f).is_file(), f
-    defaults = yaml.safe_load((ROLE / "defaults/main.yml").read_text())
-    spec = yaml.safe_load((ROLE / "meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
-    for name in defaults:
-        assert name.startswith("slurm_")
-        if name not in UNSPECIFIED:
-            assert spec.get(name, {}).get("description"), name
+    spec = assert_layout_and_defaults(ROLE, "slurm_", UNSPECIFIED, described=True)
     assert not UNSPECIFIED & set(spec)
 
 
