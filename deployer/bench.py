@@ -8,6 +8,9 @@ results, so each run can be repeated by hand on the master. Order:
   2. for each N: resnet_synthetic.py in --mode (dp), and ensemble at the largest N
      (or at every N with ensemble_every_n) for the communication share
   3. allreduce.py at the largest N (when it is >= 2)
+  With --via slurm each run of 2 and 3 is an sbatch job instead of an mpirun: its script
+  saved in the run dir (here and on the master), submitted and followed by
+  benchmarks/slurm_job.py on the master, which prints the same lines mpirun would.
   3b. on GPU nodes: the non-empty NCCL warning logs the runs left in the run dir, copied back
   4. iperf3 master -> first worker, one way and --bidir: the rates busbw is read against
   5. with --net: iperf3 between every pair of nodes (a ring beyond 8 nodes), one at a
@@ -17,6 +20,7 @@ results, so each run can be repeated by hand on the master. Order:
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 import time
@@ -29,11 +33,12 @@ from deployer import bench_report, ui
 from deployer.bench_failure import diagnose, untag
 from deployer.bench_progress import RunProgress, SweepProgress
 from deployer.errors import OperationFailed, UsageError
-from deployer.nodes import gpus, rank_nodes
+from deployer.nodes import gpus, rank_nodes, slots
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 MODES = ("dp", "ensemble")
 ALLREDUCE_BACKENDS = ("auto", "mpi", "torch")
+LAUNCHERS = ("mpirun", "slurm")  # --via: mpirun over the hostfile, or an sbatch job per run
 _SIZE = re.compile(r"(\d+)([KMG]?)", re.IGNORECASE)
 
 
@@ -81,7 +86,9 @@ class BenchOptions:
     allreduce_min: str = "1K"
     allreduce_max: str = "64M"
     allreduce_backend: str = "auto"
-    run_timeout_s: int = 3600  # wall-clock bound of one mpirun
+    run_timeout_s: int = 3600  # wall-clock bound of one mpirun (of one Slurm job once it runs)
+    via: str = "mpirun"
+    queue_timeout_s: int = 3600  # --via slurm: how long one job may wait in the queue
 
 
 def parse_node_counts(text: str | None, cluster_size: int) -> tuple[int, ...]:
@@ -196,6 +203,10 @@ def make_options(cluster: dict[str, Any], *, nodes: str | None = None, profile: 
             raise UsageError(f"--{name.replace('_', '-')} must be positive")
     if opts.threads is not None and opts.threads < 1:
         raise UsageError("--threads must be at least 1")
+    if opts.via not in LAUNCHERS:
+        raise UsageError(f"--via {opts.via!r}: use one of {', '.join(LAUNCHERS)}")
+    if opts.queue_timeout_s < 1:
+        raise UsageError("--queue-timeout must be positive")
     if opts.allreduce_backend not in ALLREDUCE_BACKENDS:
         raise UsageError(f"--allreduce-backend: use one of {', '.join(ALLREDUCE_BACKENDS)}")
     if size_bytes(opts.allreduce_min) < 4 or size_bytes(opts.allreduce_max) < size_bytes(opts.allreduce_min):
@@ -244,6 +255,54 @@ def mpirun_cmd(cluster: dict[str, Any], run_id: str, n: int, timeout_s: int, scr
     return (f"timeout --kill-after=30 {timeout_s} mpirun{root} --tag-output --hostfile {run_dir(cluster, run_id)}/hostfile.{n}"
             f" -np {np_} --map-by slot --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME{nccl}"
             f" python {cluster['shared_dir']}/benchmarks/{script} " + " ".join(args))
+
+
+# --- --via slurm: one sbatch job per run -------------------------------------------
+def job_name(run_id: str) -> str:
+    """Every job of one bench run has this name: `scancel --name` stops them all."""
+    return f"deployer-bench-{run_id}"
+
+
+def sbatch_script(cluster: dict[str, Any], run_id: str, n: int, timeout_s: int, name: str, script: str, args: list[str]) -> str:
+    """The batch script of one run: the same benchmark command mpirun_cmd starts, as an sbatch
+    job a user can copy. The cluster's nodes are alike (one flavor), so the first node's GPU
+    count is every node's: one task per GPU, one per node on CPU nodes (the hostfile's rule)."""
+    d = run_dir(cluster, run_id)
+    node = cluster["nodes"][0]
+    lines = [
+        # a login shell: the training venv and gloo/NCCL settings from /etc/profile.d, as on the master
+        "#!/bin/bash -l",
+        f"# deployer bench {run_id}: {name} on {n} node(s); a template for your own jobs (docs/slurm.md)",
+        f"#SBATCH --job-name={job_name(run_id)}",
+        f"#SBATCH --nodes={n}",
+        f"#SBATCH --ntasks-per-node={slots(node)}",
+        *([f"#SBATCH --gpus-per-node={gpus(node)}"] if gpus(node) else []),
+        # whole nodes, as the mpirun path has them: without it the job gets one core per task
+        "#SBATCH --exclusive",
+        f"#SBATCH --time={math.ceil(timeout_s / 60)}",
+        f"#SBATCH --output={d}/{name}.out",
+        f"#SBATCH --error={d}/{name}.err",
+        *(f"export {k}={v}" for k, v in nccl_env(cluster, run_id).items()),
+        # --cpu-bind=none as mpirun's --bind-to none (torch uses every core); --kill-on-bad-exit:
+        # one dead rank ends the step, the rest do not hang. No --label: with it srun cuts lines
+        # at 1024 bytes (Slurm 22.05), and rank 0's JSON record is longer
+        f"srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 python {cluster['shared_dir']}/benchmarks/{script} "
+        + " ".join(args),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def submit_cmd(cluster: dict[str, Any], run_id: str, name: str, job_script: str, queue_timeout_s: int) -> str:
+    """Write the job script into the run dir on the master, submit it and follow it there."""
+    path = f"{run_dir(cluster, run_id)}/{name}.sbatch"
+    return (f"cat > {path} <<'EOF_SBATCH'\n{job_script}EOF_SBATCH\n"
+            f"python {cluster['shared_dir']}/benchmarks/slurm_job.py --queue-timeout {queue_timeout_s} {path}")
+
+
+def stop_cmd(cluster: dict[str, Any], run_id: str, opts: BenchOptions) -> str:
+    """What leaves no rank running after a failed or interrupted run: under Slurm, cancel
+    this bench's jobs (killing by process name could hit other users' jobs); else pkill."""
+    return f"scancel --name={job_name(run_id)}" if opts.via == "slurm" else cleanup_cmd(cluster)
 
 
 NCCL_LOG_TAIL = 65536  # bytes of each NCCL log brought back; WARN-level logs are far smaller
@@ -355,18 +414,33 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
         log.write_text(f"$ {cmd}\n# exit {rc}\n{out}\n# --- stderr ---\n{err}")
         if rc != 0:
             if cleanup:
-                runner.run(cleanup_cmd(cluster), timeout=60)  # leave no rank running
+                runner.run(stop_cmd(cluster, run_id, opts), timeout=60)  # leave no rank running
             why = diagnose(rc, out, err, rank_nodes(cluster, nodes), opts.run_timeout_s)
             if nodes and nccl:  # the sweep stops here, so the logs stay on the master: name them
                 why += f"; NCCL warnings, if any: {nccl['NCCL_DEBUG_FILE']} on the master"
             raise OperationFailed(f"{name} failed: {why}", log=log)
         return out
 
+    job_scripts: list[str] = []
+
+    def launch(name: str, n: int, script: str, args: list[str]) -> str:
+        """The command of one benchmark run: an mpirun, or (--via slurm) a job script saved
+        here, then written, submitted and followed on the master."""
+        if opts.via != "slurm":
+            return mpirun_cmd(cluster, run_id, n, opts.run_timeout_s, script, args)
+        job = sbatch_script(cluster, run_id, n, opts.run_timeout_s, name, script, args)
+        saved = outdir / f"{name}.sbatch"
+        saved.write_text(job)
+        job_scripts.append(str(saved))
+        return submit_cmd(cluster, run_id, name, job, opts.queue_timeout_s)
+
     top = max(opts.nodes)
-    limit = opts.run_timeout_s + 60  # the runner waits past timeout's --kill-after
+    # the runner waits past timeout's --kill-after; under Slurm also for the queue
+    limit = opts.run_timeout_s + 60 + (opts.queue_timeout_s + 60 if opts.via == "slurm" else 0)
     ui.step(f"bench {run_id}: profile {opts.profile}: {opts.model}, batch {opts.batch_size}/rank, {opts.image_size}px, "
             f"mode {opts.mode}, nodes {','.join(map(str, opts.nodes))}"
-            + (f", {opts.threads} thread(s) per rank" if opts.threads else ""))
+            + (f", {opts.threads} thread(s) per rank" if opts.threads else "")
+            + (", each run an sbatch job" if opts.via == "slurm" else ""))
     if opts.profile_reason != "--profile":
         ui.info(f"  profile {opts.profile}: {opts.profile_reason}")
     ui.info(f"  {bench_report.precision_text(asdict(opts))}"
@@ -393,7 +467,7 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
         profiled = opts.timeline and n == top and mode == opts.mode
         if profiled:
             extra += ["--timeline", f"{run_dir(cluster, run_id)}/timeline"]
-        cmd = mpirun_cmd(cluster, run_id, n, opts.run_timeout_s, "resnet_synthetic.py", resnet_args(opts, mode) + extra)
+        cmd = launch(f"resnet-{mode}-{n}", n, "resnet_synthetic.py", resnet_args(opts, mode) + extra)
         with RunProgress(f"{n} node(s) {mode}") as progress:
             out = remote(f"resnet-{mode}-{n}", cmd, limit, on_line=progress, nodes=n)
         res = parse_json_line(out, f"resnet_synthetic ({mode}, {n} nodes)")
@@ -409,7 +483,7 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     allreduce: list[tuple[int, dict[str, Any]]] = []
     if top >= 2:
         ui.step(f"all-reduce sweep on {top} nodes ({opts.allreduce_min}..{opts.allreduce_max})")
-        cmd = mpirun_cmd(cluster, run_id, top, opts.run_timeout_s, "allreduce.py", allreduce_args(opts))
+        cmd = launch(f"allreduce-{top}", top, "allreduce.py", allreduce_args(opts))
         ar = parse_json_line(remote(f"allreduce-{top}", cmd, limit, nodes=top, on_line=SweepProgress()), "allreduce")
         allreduce.append((top, ar))
         ui.ok(f"all-reduce: avg busbw {ar['avg_busbw_gb_s']:.3f} GB/s, "
@@ -486,6 +560,9 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
         report["files"]["timeline"] = str(timeline)
     if nccl_copy:
         report["files"]["nccl_logs"] = str(nccl_copy)
+    if job_scripts:
+        report["files"]["job_scripts"] = job_scripts
+        ui.ok(f"job scripts, templates for your own sbatch jobs: {outdir}/*.sbatch")
     bench_report.write_files(report, outdir)
     ui.ok(f"results in {outdir}")
     return report
@@ -502,7 +579,9 @@ def run_on_cluster(state: Any, cluster: dict[str, Any], opts: BenchOptions) -> d
         try:
             return run_bench(runner, cluster, opts, run_id, state.bench_dir / run_id)
         except KeyboardInterrupt:
-            runner.run(cleanup_cmd(cluster), timeout=60)
+            if opts.via == "slurm":
+                ui.warn(f"interrupted: cancelling this bench's Slurm jobs (scancel --name={job_name(run_id)})")
+            runner.run(stop_cmd(cluster, run_id, opts), timeout=60)
             raise
 
 

@@ -4,7 +4,10 @@ rank's exception, naming the rank and its node, with that rank's last stderr lin
 Reads what `mpirun --tag-output` prints: every rank's line is prefixed
 `[job,rank]<stdout|stderr>:`, and Open MPI reports a dead rank in its own words
 ("mpirun noticed that process rank 1 with PID 1148 on node 10.77.0.11 exited on
-signal 9 (Killed).", or "Process name: [[51033,1],1] / Exit code: 1").
+signal 9 (Killed).", or "Process name: [[51033,1],1] / Exit code: 1"). Under Slurm
+(bench --via slurm) the lines carry no rank (see deployer/bench.py: sbatch_script), but
+srun names a dead task and its node itself ("srun: error: node-1: task 1: Exited with
+exit code 1"); its last words are then the last error line anyone printed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ TAG = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>:\s?(.*)$")
 ANY_TAG = re.compile(r"\[\d+,\d+\]<(?:stdout|stderr)>:")
 SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]+)\))?")
 EXITED = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*Exit code:\s*(\d+)", re.S)
+SRUN_TASK = re.compile(r"srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.+?)\s*$", re.M)
 TIMEOUT_RCS = (124, 137)  # timeout(1): 124, or 137 when it had to SIGKILL (--kill-after)
 
 
@@ -55,6 +59,11 @@ def diagnose(rc: int, out: str, err: str, nodes: list[dict[str, Any]], timeout_s
         return why + (f"; its last words: {own}" if own else "")
     if rc in TIMEOUT_RCS:
         return f"timed out after {timeout_s:.0f}s (raise --timeout, or pick a smaller --profile)"
+    srun = SRUN_TASK.findall(text)
+    if srun:  # the task that exited is the cause; the others were killed after it (--kill-on-bad-exit)
+        node, rank, what = ([t for t in srun if t[2].startswith("Exited")] or srun)[0]
+        own = _last_error(rank_output(text, int(rank), "stderr") or [ln for ln in err.splitlines() if not ln.startswith(("srun: ", "slurm job "))])
+        return f"rank {rank} on {node}: {what[0].lower() + what[1:]}" + (f"; its last words: {own}" if own else "")
     m = EXITED.search(text)
     ranks = [int(m.group(1))] if m else sorted({r for r, s, t in map(untag, text.splitlines()) if s == "stderr" and "Traceback" in t})
     if ranks:

@@ -1,5 +1,8 @@
 """Progress of a benchmark run, read from the `PROGRESS {json}` lines rank 0 prints
 (benchmarks/resnet_synthetic.py --progress): where the run is, img/s so far, an ETA.
+Under Slurm (bench --via slurm) benchmarks/slurm_job.py adds two: `queued` while the job
+waits ("waiting for 2 node(s) (Resources)", said at once, not after the next interval)
+and `running` when it starts.
 
 On a terminal one spinner line is updated in place; otherwise (CI, a log file) a
 timestamped line is printed at most every `every_s` seconds, so a long run is never
@@ -14,6 +17,20 @@ from collections.abc import Callable
 from typing import Any
 
 from . import ui
+
+
+def progress_event(line: str) -> dict[str, Any] | None:
+    if not line.startswith("PROGRESS "):
+        return None
+    try:
+        ev = json.loads(line[len("PROGRESS "):])
+    except json.JSONDecodeError:
+        return None
+    return ev if isinstance(ev, dict) else None
+
+
+def queued_text(ev: dict[str, Any]) -> str:
+    return f"waiting for {ev.get('nodes', '?')} node(s) ({ev.get('reason', '?')}), {ev.get('waited_s', 0)}s in the queue"
 
 
 class RunProgress:
@@ -34,18 +51,19 @@ class RunProgress:
 
     # -- reading ---------------------------------------------------------------------
     def __call__(self, line: str) -> None:
-        if not line.startswith("PROGRESS "):
-            return
-        try:
-            ev = json.loads(line[len("PROGRESS "):])
-        except json.JSONDecodeError:
-            return
-        self.update(ev)
+        ev = progress_event(line)
+        if ev is not None:
+            self.update(ev)
 
     def update(self, ev: dict[str, Any]) -> None:
         now = self.clock()
         kind = ev.get("phase")
-        if kind == "start":
+        if kind == "queued":  # said at once: a run that waits must not look hung
+            self.phase = queued_text(ev)
+            self.last_emit = -1e9
+        elif kind == "running":
+            self.phase = f"starting ranks on {ev.get('nodes') or '?'}"
+        elif kind == "start":
             self.plan = {"warmup": int(ev["warmup"]), "iters": int(ev["iters"]), "batches": int(ev["batches"])}
             self.first_batch_at = now
             self.phase = f"warm-up 0/{self.plan['warmup']}"
@@ -114,6 +132,10 @@ class SweepProgress:
         self.last_emit = -1e9
 
     def __call__(self, line: str) -> None:
+        ev = progress_event(line)
+        if ev is not None and ev.get("phase") == "queued":
+            self.emit(f"all-reduce · {queued_text(ev)}")
+            return
         parts = line.split()
         if len(parts) < 9 or not parts[0].isdigit():
             return

@@ -227,7 +227,8 @@ def write_files(report: dict[str, Any], outdir: Path) -> dict[str, Any]:
     outdir.mkdir(parents=True, exist_ok=True)
     given = report.get("files") or {}
     files = {"json": str(outdir / "results.json"), "csv": str(outdir / "results.csv"), "plots": [],
-             "timeline": given.get("timeline"), "nccl_logs": given.get("nccl_logs")}
+             "timeline": given.get("timeline"), "nccl_logs": given.get("nccl_logs"),
+             "job_scripts": given.get("job_scripts") or []}
     report["files"] = files
     # why one CSV with a "kind" column: the schema names one CSV file; spreadsheet
     # users filter on kind = scaling | allreduce.

@@ -4,7 +4,8 @@ the plots and the Pushgateway series are made from.
 The bench builds the report as a plain dict (deployer/bench_report.py) and validates it
 here before anything is written, so a report on disk always has this shape. Version 2
 added `network` (bench --net), `files.timeline` and `versions.kernel`; version 3 `reference`
-(NVIDIA's published figure for the run's GPU) and `files.nccl_logs`; `load` reads 1, 2 and 3.
+(NVIDIA's published figure for the run's GPU) and `files.nccl_logs`; version 4
+`files.job_scripts` (bench --via slurm: the sbatch script of every run); `load` reads 1 to 4.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import RecordError
 
-SCHEMA = 3
-READABLE = (1, 2, 3)
+SCHEMA = 4
+READABLE = (1, 2, 3, 4)
 
 
 class _Model(BaseModel):
@@ -74,6 +75,7 @@ class Files(_Model):
     plots: list[str] = []
     timeline: str | None = None  # bench --timeline: every rank's trace, merged (Chrome trace format)
     nccl_logs: str | None = None  # GPU runs: the non-empty NCCL_DEBUG_FILE logs, copied back from the run dir
+    job_scripts: list[str] = []  # bench --via slurm: each run's sbatch script, a template for the user's own jobs
 
 
 class Source(_Model):

@@ -202,6 +202,8 @@ def bench(
     timeline: Annotated[bool, typer.Option("--timeline", help="also a torch.profiler trace of every rank at the largest N, merged into timeline.json")] = False,
     net: Annotated[bool, typer.Option("--net", help="also iperf3 between every pair of nodes (a ring beyond 8): matrix, plot, slowest link")] = False,
     timeout: Annotated[int, typer.Option("--timeout", help="seconds one benchmark run may take before it is killed")] = 1800,
+    via: Annotated[str, typer.Option("--via", help="mpirun (over the hostfile) or slurm (each run an sbatch job; needs scheduler: slurm)")] = "mpirun",
+    queue_timeout: Annotated[int, typer.Option("--queue-timeout", help="--via slurm: seconds a job may wait in the queue before it is cancelled")] = 3600,
     name: NameOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
     json_out: JsonOpt = False,
@@ -212,14 +214,18 @@ def bench(
 
     st = _state(name, state_dir)
     cluster = _up_cluster(st)
+    spec = _spec_of(st)
+    if via == "slurm" and spec is not None and spec.scheduler != "slurm":
+        raise UsageError(f"--via slurm: cluster {st.name!r} has no Slurm (scheduler: {spec.scheduler}); "
+                         "set scheduler: slurm in cluster.yaml and re-run `deployer up`, or drop --via slurm")
     opts = bench_mod.make_options(
         cluster, nodes=nodes, profile=profile, model=model, batch_size=batch_size, image_size=image_size, mode=mode,
         num_iters=num_iters, num_batches_per_iter=num_batches_per_iter, num_warmup_batches=num_warmup_batches,
         threads=threads, amp=amp, channels_last=channels_last, fp16_allreduce=fp16_allreduce,
         allreduce_max=allreduce_max, net=net, timeline=timeline, run_timeout_s=timeout,
+        via=via, queue_timeout_s=queue_timeout,
     )
     report = bench_mod.run_on_cluster(st, cluster, opts)
-    spec = _spec_of(st)
     if spec is None or spec.monitoring.enabled:
         bench_mod.push_results(st, cluster, report)
     for table in bench_report.tables(report):

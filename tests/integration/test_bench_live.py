@@ -95,10 +95,15 @@ def test_no_benchmark_process_left_on_any_node(live_cluster):
 
 
 def test_bad_bench_input_exits_2_and_runs_nothing(live_cluster):
-    for args in (["--nodes", "0"], ["--nodes", "1,9"], ["--nodes", "2,2"], ["--nodes", "x"], ["--model", "vgg"], ["--batch-size", "0"]):
+    runs = sorted((live_cluster.cluster.state / "bench").iterdir())
+    for args in (["--nodes", "0"], ["--nodes", "1,9"], ["--nodes", "2,2"], ["--nodes", "x"], ["--model", "vgg"], ["--batch-size", "0"],
+                 ["--via", "slurm"], ["--via", "pbs"]):
         p = live_cluster.cluster.deployer("bench", *args)
         assert p.returncode == 2, (args, p.stderr)
         assert len([line for line in p.stderr.splitlines() if line.strip()]) == 1, p.stderr
+        if args == ["--via", "slurm"]:  # this cluster has no Slurm: say how to get it
+            assert "set scheduler: slurm in cluster.yaml and re-run `deployer up`" in p.stderr, p.stderr
+    assert sorted((live_cluster.cluster.state / "bench").iterdir()) == runs, "no run was started"
 
 
 def test_same_run_typed_by_hand_on_the_master(live_cluster):

@@ -3,7 +3,8 @@
 Uses the `live_cluster` fixture (tests/integration/conftest.py), which yields an object
 with .prometheus_url (a tunnelled or directly reachable http URL of the master's
 Prometheus) once a `deployer bench` run has completed; .bench_run_id, when it has one,
-names that run. GPU panels are skipped on clusters without dcgm-exporter targets, and
+names that run. GPU panels are skipped on clusters without dcgm-exporter targets, Slurm
+panels on clusters without Slurm (test_slurm.py runs them on its own cluster), and
 link-rate panels are xfailed when the run measured no link rate (link: null).
 """
 
@@ -107,6 +108,8 @@ def test_bench_series_exist(prom, run_id, metric):
 def test_panel_has_data(prom, run_id, has_gpus, variables, query):
     if query.dashboard == "deployer-gpu" and not has_gpus and not query.panel.startswith("annotation:"):
         pytest.skip("CPU cluster: no dcgm-exporter targets, so the GPU dashboard is empty by design")
+    if "slurm_" in query.expr and not prom.query("slurm_metrics_success"):
+        pytest.skip("no Slurm on this cluster (scheduler: none): the Slurm row is empty by design (tests/integration/test_slurm.py checks it)")
     if "deployer_bench_link_gbit_s" in query.expr and not prom.query(f'deployer_bench_link_gbit_s{{run_id="{run_id}"}}'):
         pytest.xfail(f"run {run_id} measured no link rate (link: null)")
     expr, missing = dashboard.expand(query.expr, variables[query.dashboard])

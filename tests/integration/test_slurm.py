@@ -1,16 +1,25 @@
-"""Slurm on a real local cluster of its own (`scheduler: slurm`, 2 nodes, no monitoring or
+"""Slurm on a real local cluster of its own (`scheduler: slurm`, 2 nodes, monitoring on, no
 notebook): every node idle in sinfo, `srun -N 2 hostname` on both, an sbatch job running
 an mpi4py program across two nodes with `srun --mpi=pmix` and one with mpirun inside the
-allocation; then `up --nodes 3` adds a node that comes up idle, while a job running on
-the master through the reconfiguration keeps running."""
+allocation; `deployer bench --via slurm` over 1 and 2 nodes; a bench job queued behind
+another job says what it waits for, and Ctrl-C cancels it; the dashboard's Slurm panels
+have data in the cluster's Prometheus; then `up --nodes 3` adds a node that comes up idle,
+while a job running on the master through the reconfiguration keeps running."""
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from tests import dashboard_checks as dashboard
 from tests.integration.conftest import cluster_up
 
 NAME = "islurm"
@@ -22,7 +31,7 @@ MPI_HELLO = "from mpi4py import MPI; import socket; c = MPI.COMM_WORLD; print(f'
 
 @pytest.fixture(scope="module")
 def slurm_cluster(tmp_path_factory):
-    spec = (f"name: {NAME}\nnodes: 2\nmonitoring: false\njupyter: false\nscheduler: slurm\n"
+    spec = (f"name: {NAME}\nnodes: 2\njupyter: false\nscheduler: slurm\n"
             f"local:\n  subnet: {SUBNET}\n")
     with cluster_up(tmp_path_factory, NAME, spec) as c:
         yield c
@@ -75,6 +84,85 @@ def test_the_ddp_example_of_docs_slurm_md(slurm_cluster):
                 "srun --mpi=pmix /shared/venv/bin/python /shared/benchmarks/resnet_synthetic.py --model resnet18 "
                 "--image-size 32 --batch-size 8 --num-iters 2 --num-batches-per-iter 2 --num-warmup-batches 1\n", timeout=600)
     assert re.search(r"Total img/sec on 2 (CPU|GPU)\(s\)", out), out
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "slurm"
+
+
+def test_the_torchrun_example_as_shipped(slurm_cluster):
+    # examples/slurm/ddp_torchrun.sbatch, unchanged: torchrun per node, env:// rendezvous at the first node
+    for f in ("ddp_torchrun.sbatch", "ddp_env_check.py"):
+        (slurm_cluster.state / "shared" / f).write_text((EXAMPLES / f).read_text())
+    job = on_master(slurm_cluster, "cd /shared && sbatch --parsable --wait ddp_torchrun.sbatch", timeout=300).strip()
+    out = (slurm_cluster.state / "shared" / f"ddp-torchrun-{job}.out").read_text()
+    assert sorted(re.findall(r"rank (\d) of 2 on (\S+): sum 3", out)) == [("0", MASTER), ("1", WORKER_1)], out
+
+
+TINY = ["--model", "resnet18", "--image-size", "32", "--batch-size", "8", "--num-iters", "2",
+        "--num-batches-per-iter", "3", "--num-warmup-batches", "1", "--allreduce-max", "64K"]
+
+
+def test_bench_via_slurm_reports_every_node_count(slurm_cluster):
+    p = slurm_cluster.deployer("bench", "--via", "slurm", "--nodes", "1,2", *TINY, "--json", timeout=1200)
+    assert p.returncode == 0, p.stderr[-4000:]
+    report = json.loads(p.stdout)
+    assert [(r["nodes"], r["ranks"]) for r in report["results"]] == [(1, 1), (2, 2)], report["results"]
+    assert all(r["img_per_sec"] > 0 for r in report["results"]) and report["allreduce"]
+    scripts = [Path(f) for f in report["files"]["job_scripts"]]
+    assert [f.name for f in scripts] == ["resnet-dp-1.sbatch", "resnet-dp-2.sbatch", "resnet-ensemble-2.sbatch", "allreduce-2.sbatch"]
+    assert all("#SBATCH --nodes=" in f.read_text() for f in scripts)
+    # the same script, as it ran, is in the run dir on the shared storage
+    shared_copy = slurm_cluster.state / "shared" / "bench" / report["run_id"] / "resnet-dp-2.sbatch"
+    assert shared_copy.read_text() == scripts[1].read_text()
+
+
+def test_a_queued_bench_says_what_it_waits_for_and_ctrl_c_cancels_it(slurm_cluster):
+    blocker = on_master(slurm_cluster, f"sbatch --parsable -w {WORKER_1} --exclusive --wrap 'sleep 600' --output=/dev/null").strip()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "deployer", "bench", "--via", "slurm", "--nodes", "2", *TINY],
+                                cwd=slurm_cluster.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        said = []
+        deadline = time.monotonic() + 120
+        for line in proc.stderr:  # the bench's progress lines
+            said.append(line)
+            if "waiting for 2 node(s) (Resources)" in line or time.monotonic() > deadline:
+                break
+        assert "waiting for 2 node(s) (Resources)" in said[-1], "".join(said)
+        queued = on_master(slurm_cluster, "squeue --noheader --format='%j %T'")
+        assert re.search(r"deployer-bench-\S+ PENDING", queued), queued
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=120)[1]
+        assert proc.returncode == 130, "".join(said) + rest
+        assert "cancelling this bench's Slurm jobs" in rest, rest
+        left = on_master(slurm_cluster, "squeue --noheader --format='%j %T'")
+        assert "deployer-bench-" not in left, left
+    finally:
+        on_master(slurm_cluster, f"scancel {blocker}")
+
+
+def prometheus_query(cluster, expr: str) -> list[dict]:
+    """Ask the master's Prometheus, on the master (it listens on the cluster address only)."""
+    master_ip = cluster.cluster_output()["nodes"][0]["private_ip"]
+    out = on_master(cluster, f"curl -s --fail --data-urlencode query={shlex.quote(expr)} http://{master_ip}:9090/api/v1/query")
+    return json.loads(out)["data"]["result"]
+
+
+def test_slurm_node_states_and_queue_are_on_the_cluster_dashboard(slurm_cluster):
+    board = dashboard.load_dashboards()["cluster"]
+    queries = [q for q in dashboard.panel_queries(board) if "slurm_" in q.expr]
+    assert {q.panel for q in queries} == {"Slurm nodes by state", "Slurm queue", "Slurm node states"}
+    deadline = time.monotonic() + 90  # the timer writes every 15 s, Prometheus scrapes every 15 s
+    while True:
+        idle = prometheus_query(slurm_cluster, 'slurm_nodes{state="idle"}')
+        if (idle and idle[0]["value"][1] == "2") or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    assert idle and idle[0]["value"][1] == "2", idle
+    for q in queries:
+        expr, missing = dashboard.expand(q.expr, {"__rate_interval": "1m"})
+        assert not missing and prometheus_query(slurm_cluster, expr), f"{q.panel}: no data for {expr}"
+    states = {r["metric"]["node"]: r["metric"]["state"] for r in prometheus_query(slurm_cluster, "slurm_node_state == 1")}
+    assert states == {MASTER: "idle", WORKER_1: "idle"}
 
 
 def test_scale_out_adds_an_idle_node_and_keeps_a_running_job(slurm_cluster):

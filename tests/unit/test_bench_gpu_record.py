@@ -128,7 +128,7 @@ def test_the_table_is_headed_by_the_gpu_stack_and_ends_with_the_comparison():
 def test_a_report_with_a_reference_survives_the_schema(tmp_path):
     rep = bench_report.write_files(report_for(gpu_run(1, 1235.0)), tmp_path)
     again = bench_schema.load(tmp_path / "results.json")
-    assert again["schema"] == 3 and again["reference"] == rep["reference"] and again["reference"]["batch_size"] == 256
+    assert again["schema"] == bench_schema.SCHEMA and again["reference"] == rep["reference"] and again["reference"]["batch_size"] == 256
 
 
 # ---- the sweep on a GPU cluster, replayed -------------------------------------------------------

@@ -67,7 +67,7 @@ def report():
 
 
 def test_aggregate_schema_and_figures(report):
-    assert report["schema"] == 3
+    assert report["schema"] == 4
     assert set(report) == {"schema", "run_id", "results", "allreduce", "link", "network", "files", "versions", "reference"}
     assert report["reference"] is None  # a CPU run: no GPU to set against NVIDIA's figures
     assert [r["nodes"] for r in report["results"]] == [1, 2, 3]  # ensemble run is not a row
@@ -95,7 +95,8 @@ def test_efficiency_baseline_without_one_node():
 def test_write_files(report, tmp_path):
     br.write_files(report, tmp_path / "out")
     files = report["files"]
-    assert set(files) == {"json", "csv", "plots", "timeline", "nccl_logs"} and files["timeline"] is None and files["nccl_logs"] is None
+    assert set(files) == {"json", "csv", "plots", "timeline", "nccl_logs", "job_scripts"} and files["timeline"] is None and files["nccl_logs"] is None
+    assert files["job_scripts"] == []  # only --via slurm saves job scripts
     on_disk = json.loads(Path(files["json"]).read_text())
     assert on_disk["files"] == files and on_disk["results"] == report["results"]
     rows = list(csv.DictReader(Path(files["csv"]).read_text().splitlines()))

@@ -4,7 +4,9 @@ Prometheus runs with the scrape configuration the prometheus role renders (Ansib
 template module over a one-node inventory whose private_ip is 127.0.0.1) and the real
 alerting rules; a benchmark result is pushed with deployer.metrics; then every panel
 query of every dashboard is run the way Grafana would (deployer.dashboard). This is
-the local stand-in for tests/integration/test_monitoring_live.py.
+the local stand-in for tests/integration/test_monitoring_live.py. node_exporter also serves
+the Slurm series the slurm role's helper renders from recorded sinfo/squeue output, so
+the Slurm row is checked here too.
 
 Needs the Debian/Ubuntu packages prometheus, prometheus-node-exporter and
 prometheus-pushgateway (binaries only; nothing is installed as a service); skipped
@@ -28,6 +30,8 @@ import yaml
 
 from deployer import metrics
 from tests import dashboard_checks as dashboard
+from tests.unit.test_slurm_metrics import REC as SLURM_RECORDED
+from tests.unit.test_slurm_metrics import metrics as slurm_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES_DIR = REPO / "ansible" / "roles"
@@ -115,9 +119,15 @@ def stack(tmp_path_factory):
         shutil.copy(f, rules)
     config = render_config(tmp, ports, rules)
     fs_exclude = yaml.safe_load((ROLES_DIR / "node_exporter/defaults/main.yml").read_text())["node_exporter_fs_types_exclude"]
+    # The Slurm row's series as the master's timer writes them: the role's helper rendering
+    # sinfo/squeue output recorded on a real cluster, served by node_exporter's textfile collector.
+    textfile = tmp / "textfile"
+    textfile.mkdir()
+    slurm_metrics.write_atomically(str(textfile / "slurm.prom"), slurm_metrics.render(
+        slurm_metrics.parse_sinfo(SLURM_RECORDED["drained"]), slurm_metrics.parse_squeue(SLURM_RECORDED["squeue"])))
     cmds = {
         "node_exporter": [BINARIES["node_exporter"], f"--web.listen-address=127.0.0.1:{ports['node_exporter']}",
-                          f"--collector.filesystem.fs-types-exclude={fs_exclude}"],
+                          f"--collector.filesystem.fs-types-exclude={fs_exclude}", f"--collector.textfile.directory={textfile}"],
         "pushgateway": [BINARIES["pushgateway"], f"--web.listen-address=127.0.0.1:{ports['pushgateway']}",
                         f"--persistence.file={tmp / 'pg.data'}"],
         "prometheus": [BINARIES["prometheus"], f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
