@@ -133,3 +133,10 @@ def test_batches_use_every_sample_once_never_one_alone_and_agree_across_ranks(n,
         seen += [i for b in batches for i in b]
     assert sorted(seen) == data
     assert len(counts) == 1  # every rank runs as many steps: none waits in an all-reduce
+
+
+def test_a_truncated_file_is_refused(tmp_path):
+    datasets.write_digits(tmp_path)
+    (tmp_path / "test.bin").write_bytes((tmp_path / "test.bin").read_bytes()[:-65])
+    with pytest.raises(SystemExit, match="the test files hold 23335 bytes, not 360 records of 65: the dataset is damaged"):
+        dl.CifarBinary(str(tmp_path), dl.load_manifest(str(tmp_path)), "test", train=False)

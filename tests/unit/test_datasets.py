@@ -193,10 +193,12 @@ def test_fetch_resumes_checks_extracts_and_the_manifest_verifies(tmp_path):
     assert "curl -fsSL --retry 5 --retry-delay 10 -C - -o tiny-binary.tar.gz" in cmd
     assert f"echo '{ds.archive.md5}  tiny-binary.tar.gz' | md5sum -c --status" in cmd
     p = bash(cmd)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 0 and p.stderr == "", p.stderr
     assert not (dest / archive.name).exists() and not (dest / ".extract").exists()
-    files = datasets.parse_sha256sum(p.stdout, dest)
+    files = datasets.parse_files(p.stdout)
     assert sorted(files) == sorted(f for split in ds.splits.values() for f in split)
+    for name, f in files.items():
+        assert f == {"bytes": (dest / name).stat().st_size, "sha256": datasets.sha256_file(dest / name)}
     m = datasets.manifest(ds, files)
     p = bash(datasets.write_manifest_cmd(str(dest), m))
     assert p.returncode == 0, p.stderr
@@ -205,7 +207,7 @@ def test_fetch_resumes_checks_extracts_and_the_manifest_verifies(tmp_path):
     archive.unlink()
     p = bash(cmd)
     assert p.returncode == 0, p.stderr
-    assert datasets.parse_sha256sum(p.stdout, dest) == files
+    assert datasets.parse_files(p.stdout) == files
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
