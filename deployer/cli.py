@@ -305,6 +305,67 @@ def notebook(
         hold()
 
 
+data_app = typer.Typer(no_args_is_help=True, help="Datasets on the cluster's shared storage, once per cluster (digits, cifar10, your own).")
+app.add_typer(data_app, name="data")
+
+
+def _print_dataset(summary: dict, json_out: bool) -> None:
+    if json_out:
+        ui.print_json(summary)
+
+
+@data_app.command("fetch")
+def data_fetch(
+    dataset: Annotated[str, typer.Argument(help="digits | cifar10 (imagenet: `deployer data import`)")],
+    force: Annotated[bool, typer.Option("--force", help="fetch again even if it is on the cluster")] = False,
+    name: NameOpt = None,
+    state_dir: StateOpt = DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """Put a known dataset on the shared storage: downloaded once, on the master (checked, resumable)."""
+    from . import data_cmd, datasets
+
+    datasets.resolve(dataset)  # an unknown name is exit 2 before anything else
+    st = _state(name, state_dir)
+    _print_dataset(data_cmd.fetch(st, _up_cluster(st), dataset, force=force), json_out)
+
+
+@data_app.command("import")
+def data_import(
+    path: Annotated[Path, typer.Argument(help="a folder with a dataset.json, or an ImageFolder tree (train/, val/)")],
+    dataset: Annotated[str | None, typer.Option("--as", help="the dataset's name on the cluster (default: its manifest's)")] = None,
+    force: Annotated[bool, typer.Option("--force", help="replace the copy on the cluster")] = False,
+    name: NameOpt = None,
+    state_dir: StateOpt = DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """Copy your own dataset to the shared storage through the cluster's SSH path."""
+    from . import data_cmd
+
+    st = _state(name, state_dir)
+    _print_dataset(data_cmd.import_(st, _up_cluster(st), path, dataset, force=force), json_out)
+
+
+@data_app.command("list")
+def data_list(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> None:
+    """The datasets on the cluster's shared storage."""
+    from . import data_cmd, datasets
+    from .remote import MasterRunner
+
+    st = _state(name, state_dir)
+    cluster = _up_cluster(st)
+    found = data_cmd.listing(MasterRunner(st, cluster), cluster)
+    if json_out:
+        ui.print_json(found)
+        return
+    if not found:
+        ui.info("no datasets on the cluster: `deployer data fetch digits` puts a small real one there")
+    for d in found:
+        size = datasets.human_bytes(d["bytes"]) if d["bytes"] else "size not recorded"
+        ui.out.print(f"{d['name']:<12} {d['format']:<13} {d['train']} train / {d['test']} test, "
+                     f"{d['classes']} classes, {'x'.join(map(str, d['shape']))}, {size}  {d['path']}")
+
+
 @app.command()
 def down(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, yes: YesOpt = False) -> None:
     """Destroy the cluster: containers or VMs, network, rules, mounts and state (logs stay)."""

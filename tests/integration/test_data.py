@@ -1,0 +1,60 @@
+"""`deployer data` on the shared local cluster: digits fetched once onto the shared storage
+through the master (and a second fetch copying nothing), a user's ImageFolder tree imported,
+the listing, and the bad inputs a tired user types (exit 2, one line, nothing copied).
+Not here: cifar10's download (no internet on this machine; tests/unit/test_datasets.py runs
+its command against a file:// archive) and a full disk (tests/unit: check_space)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deployer import datasets
+
+pytestmark = pytest.mark.integration
+
+
+def test_digits_are_fetched_once_onto_the_shared_storage(local_cluster):
+    p = local_cluster.deployer("data", "fetch", "digits", "--json", timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout)
+    assert got["path"] == "/shared/datasets/digits" and (got["train"], got["test"], got["classes"]) == (1437, 360, 10)
+    on_host = local_cluster.state / "shared" / "datasets" / "digits"  # the master's /shared, bind-mounted
+    assert datasets.verify(on_host) == [], "every file as the manifest says, sha256 and all"
+    assert not (on_host.parent / "digits.partial").exists()
+    again = local_cluster.deployer("data", "fetch", "digits", "--json", timeout=120)
+    assert again.returncode == 0 and json.loads(again.stdout)["fetched"] is False
+    assert "already on the cluster" in again.stderr and "copied" not in again.stderr
+    # every node reads it: the worker's view of /shared is the same files
+    worker = local_cluster.cluster_output()["nodes"][1]["name"]
+    p = local_cluster.deployer("ssh", worker, "--", "sha256sum /shared/datasets/digits/train.bin")
+    assert p.returncode == 0 and p.stdout.split()[0] == json.loads((on_host / "dataset.json").read_text())["files"]["train.bin"]["sha256"]
+
+
+def test_an_imagefolder_tree_is_imported_and_listed(local_cluster, tmp_path):
+    for split in ("train", "val"):
+        for cls in ("cat", "dog"):
+            (tmp_path / split / cls).mkdir(parents=True)
+            (tmp_path / split / cls / "a.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    p = local_cluster.deployer("data", "import", str(tmp_path), "--as", "pets", "--json", timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["classes"] == 2
+    m = datasets.read_manifest(local_cluster.state / "shared" / "datasets" / "pets")
+    assert m["classes"] == ["cat", "dog"] and m["splits"]["train"]["samples"] == 2
+    listed = json.loads(local_cluster.deployer("data", "list", "--json").stdout)
+    assert {"digits", "pets"} <= {d["name"] for d in listed}
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["fetch", "mnist"], "unknown dataset 'mnist': use one of cifar10, digits, imagenet"),
+    (["fetch", "imagenet"], "deployer data import PATH --as imagenet"),
+    (["import", "/no/such/folder"], "no such folder"),
+    (["import", "/etc"], "name the dataset with --as"),
+])
+def test_bad_data_input_exits_2_and_copies_nothing(local_cluster, args, says):
+    before = sorted(p.name for p in (local_cluster.state / "shared" / "datasets").iterdir())
+    p = local_cluster.deployer("data", *args, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert [ln for ln in p.stderr.splitlines() if ln.strip()] == [ln for ln in p.stderr.splitlines() if says in ln], p.stderr
+    assert sorted(p.name for p in (local_cluster.state / "shared" / "datasets").iterdir()) == before
