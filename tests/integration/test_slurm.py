@@ -3,8 +3,10 @@ notebook): every node idle in sinfo, `srun -N 2 hostname` on both, an sbatch job
 an mpi4py program across two nodes with `srun --mpi=pmix` and one with mpirun inside the
 allocation; `deployer bench --via slurm` over 1 and 2 nodes; a bench job queued behind
 another job says what it waits for, and Ctrl-C cancels it; the dashboard's Slurm panels
-have data in the cluster's Prometheus; then `up --nodes 3` adds a node that comes up idle,
-while a job running on the master through the reconfiguration keeps running."""
+have data in the cluster's Prometheus; a worker deleted outside the deployer rejoins Slurm
+after a plain `up`; then `up --nodes 3` adds a node that comes up idle
+and `up --nodes 2` takes it out of slurm.conf again, while a job running on the master
+through both reconfigurations keeps running."""
 
 from __future__ import annotations
 
@@ -165,7 +167,21 @@ def test_slurm_node_states_and_queue_are_on_the_cluster_dashboard(slurm_cluster)
     assert states == {MASTER: "idle", WORKER_1: "idle"}
 
 
-def test_scale_out_adds_an_idle_node_and_keeps_a_running_job(slurm_cluster):
+def test_a_worker_deleted_outside_rejoins_slurm_after_up(slurm_cluster):
+    # `up` makes the node anew and configures it alone (--limit): it gets the same slurm.conf
+    # and munge key, and its slurmd rejoins (ReturnToService=2) without a controller restart.
+    subprocess.run(["lxc-destroy", "-f", "-n", WORKER_1], check=True, capture_output=True)
+    p = slurm_cluster.deployer("up", timeout=1200)
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert f"ansible: configuring {WORKER_1} (replaced since the last configuration)" in p.stderr
+    deadline = time.monotonic() + 60
+    while (states := node_states(slurm_cluster)) != {MASTER: "idle", WORKER_1: "idle"} and time.monotonic() < deadline:
+        time.sleep(2)
+    assert states == {MASTER: "idle", WORKER_1: "idle"}, states
+    assert sorted(on_master(slurm_cluster, "srun -N 2 --ntasks-per-node=1 hostname").split()) == [MASTER, WORKER_1]
+
+
+def test_scale_out_and_in_keeps_a_running_job(slurm_cluster):
     job = on_master(slurm_cluster, "sbatch --parsable -w " + MASTER + " --wrap 'sleep 900' --output=/dev/null").strip()
     for _ in range(30):
         if on_master(slurm_cluster, f"squeue --noheader -j {job} -o %T").strip() == "RUNNING":
@@ -180,5 +196,15 @@ def test_scale_out_adds_an_idle_node_and_keeps_a_running_job(slurm_cluster):
         assert states[WORKER_2] == "idle" and set(states) == {MASTER, WORKER_1, WORKER_2}, states
         assert on_master(slurm_cluster, f"squeue --noheader -j {job} -o %T").strip() == "RUNNING"
         assert sorted(on_master(slurm_cluster, "srun -N 3 --ntasks-per-node=1 hostname").split()) == [MASTER, WORKER_1, WORKER_2]
+        # and back in: the removed node leaves slurm.conf everywhere, the job on the master still runs
+        started = time.monotonic()
+        p = slurm_cluster.deployer("up", "--nodes", "2", "--yes", timeout=2400)
+        assert p.returncode == 0, p.stderr[-4000:]
+        print(f"up --nodes 2 (scale in) with slurm: {time.monotonic() - started:.0f} s")
+        states = node_states(slurm_cluster)
+        assert states == {MASTER: "mixed", WORKER_1: "idle"} or states == {MASTER: "allocated", WORKER_1: "idle"}, states
+        assert on_master(slurm_cluster, f"squeue --noheader -j {job} -o %T").strip() == "RUNNING"
+        conf = on_master(slurm_cluster, f"ssh -o BatchMode=yes {WORKER_1} grep -c '^NodeName=' /etc/slurm/slurm.conf")
+        assert conf.strip() == "2", conf
     finally:
         on_master(slurm_cluster, f"scancel {job}")
