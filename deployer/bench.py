@@ -15,6 +15,10 @@ results, so each run can be repeated by hand on the master. Order:
   4. iperf3 master -> first worker, one way and --bidir: the rates busbw is read against
   5. with --net: iperf3 between every pair of nodes (a ring beyond 8 nodes), one at a
      time, for the matrix and the slowest link
+
+`bench --data` (deployer/bench_train.py: time to a target accuracy on real data) runs its
+own sweep on the same Session: the commands log, the launch by mpirun or sbatch, the stop
+of every rank after a failure and the NCCL logs are one code path for both.
 """
 
 from __future__ import annotations
@@ -47,6 +51,13 @@ class Runner(Protocol):
         """Run `cmd` in a bash login shell on the master as the cluster user: rc, stdout,
         stderr; each stdout line also goes to `on_line` as it arrives."""
         ...
+
+
+class Launch(Protocol):
+    """What a sweep's options say about launching runs (BenchOptions, bench_train.TrainOptions)."""
+    via: str
+    run_timeout_s: int
+    queue_timeout_s: int
 
 
 # Named sets of the sizing flags. horovod: the defaults of Horovod's synthetic benchmark,
@@ -299,7 +310,7 @@ def submit_cmd(cluster: dict[str, Any], run_id: str, name: str, job_script: str,
             f"python {cluster['shared_dir']}/benchmarks/slurm_job.py --queue-timeout {queue_timeout_s} {path}")
 
 
-def stop_cmd(cluster: dict[str, Any], run_id: str, opts: BenchOptions) -> str:
+def stop_cmd(cluster: dict[str, Any], run_id: str, opts: Launch) -> str:
     """What leaves no rank running after a failed or interrupted run: under Slurm, cancel
     this bench's jobs (killing by process name could hit other users' jobs); else pkill."""
     return f"scancel --name={job_name(run_id)}" if opts.via == "slurm" else cleanup_cmd(cluster)
@@ -396,47 +407,79 @@ def parse_iperf(stdout: str) -> float:
 
 
 # --- the sweep -----------------------------------------------------------------------
-def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_id: str,
-              outdir: Path) -> dict[str, Any]:
-    """Run the sweep on the cluster; write results into outdir; return the --json record."""
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    script = outdir / "commands.sh"
-    script.write_text(f"# deployer bench {run_id}: the same runs, typed by hand on the master\n")
-    nccl = nccl_env(cluster, run_id)  # GPU nodes: where every rank's NCCL warnings go
+class Session:
+    """The remote steps of one bench run, shared by every sweep: each command appended to
+    commands.sh in outdir and logged to <name>.log; a failed one stops every rank (stop_cmd)
+    and raises OperationFailed naming its log. `launch` makes the command of one benchmark
+    run: an mpirun over the hostfile, or (--via slurm) a job script saved here, then
+    written, submitted and followed on the master."""
 
-    def remote(name: str, cmd: str, timeout: float, *, cleanup: bool = True, on_line: Callable[[str], None] | None = None,
-               nodes: int = 0) -> str:
-        with script.open("a") as f:
+    def __init__(self, runner: Runner, cluster: dict[str, Any], opts: Launch, run_id: str, outdir: Path):
+        self.runner, self.cluster, self.opts, self.run_id = runner, cluster, opts, run_id
+        self.outdir = Path(outdir)
+        self.outdir.mkdir(parents=True, exist_ok=True)
+        self.script = self.outdir / "commands.sh"
+        self.script.write_text(f"# deployer bench {run_id}: the same runs, typed by hand on the master\n")
+        self.nccl = nccl_env(cluster, run_id)  # GPU nodes: where every rank's NCCL warnings go
+        self.job_scripts: list[str] = []
+        # the runner waits past timeout's --kill-after; under Slurm also for the queue
+        self.limit = opts.run_timeout_s + 60 + (opts.queue_timeout_s + 60 if opts.via == "slurm" else 0)
+
+    def remote(self, name: str, cmd: str, timeout: float, *, cleanup: bool = True,
+               on_line: Callable[[str], None] | None = None, nodes: int = 0) -> str:
+        with self.script.open("a") as f:
             f.write(cmd + "\n")
-        log = outdir / f"{name}.log"
-        rc, out, err = runner.run(cmd, timeout=timeout, on_line=(lambda line: on_line(untag(line)[2])) if on_line else None)
+        log = self.outdir / f"{name}.log"
+        rc, out, err = self.runner.run(cmd, timeout=timeout,
+                                       on_line=(lambda line: on_line(untag(line)[2])) if on_line else None)
         log.write_text(f"$ {cmd}\n# exit {rc}\n{out}\n# --- stderr ---\n{err}")
         if rc != 0:
             if cleanup:
-                runner.run(stop_cmd(cluster, run_id, opts), timeout=60)  # leave no rank running
-            why = diagnose(rc, out, err, rank_nodes(cluster, nodes), opts.run_timeout_s)
-            if nodes and nccl:  # the sweep stops here, so the logs stay on the master: name them
-                why += f"; NCCL warnings, if any: {nccl['NCCL_DEBUG_FILE']} on the master"
+                self.runner.run(stop_cmd(self.cluster, self.run_id, self.opts), timeout=60)  # leave no rank running
+            why = diagnose(rc, out, err, rank_nodes(self.cluster, nodes), self.opts.run_timeout_s)
+            if nodes and self.nccl:  # the sweep stops here, so the logs stay on the master: name them
+                why += f"; NCCL warnings, if any: {self.nccl['NCCL_DEBUG_FILE']} on the master"
             raise OperationFailed(f"{name} failed: {why}", log=log)
         return out
 
-    job_scripts: list[str] = []
-
-    def launch(name: str, n: int, script: str, args: list[str]) -> str:
-        """The command of one benchmark run: an mpirun, or (--via slurm) a job script saved
-        here, then written, submitted and followed on the master."""
+    def launch(self, name: str, n: int, script: str, args: list[str]) -> str:
+        opts = self.opts
         if opts.via != "slurm":
-            return mpirun_cmd(cluster, run_id, n, opts.run_timeout_s, script, args)
-        job = sbatch_script(cluster, run_id, n, opts.run_timeout_s, name, script, args)
-        saved = outdir / f"{name}.sbatch"
+            return mpirun_cmd(self.cluster, self.run_id, n, opts.run_timeout_s, script, args)
+        job = sbatch_script(self.cluster, self.run_id, n, opts.run_timeout_s, name, script, args)
+        saved = self.outdir / f"{name}.sbatch"
         saved.write_text(job)
-        job_scripts.append(str(saved))
-        return submit_cmd(cluster, run_id, name, job, opts.queue_timeout_s)
+        self.job_scripts.append(str(saved))
+        return submit_cmd(self.cluster, self.run_id, name, job, opts.queue_timeout_s)
+
+    def copy_nccl_logs(self) -> Path | None:
+        """GPU nodes: the non-empty NCCL warning logs the runs left in the run dir, copied to
+        outdir/nccl.log (None: no GPUs, or no warnings). A failure to copy is a warning."""
+        if not self.nccl:
+            return None
+        try:
+            logs = self.remote("nccl-logs", nccl_logs_cmd(self.cluster, self.run_id), 120, cleanup=False)
+        except OperationFailed as e:  # results stand without it; the files stay on the master
+            logs = ""
+            ui.warn(f"NCCL logs not copied ({e}); they are on the master: {self.nccl['NCCL_DEBUG_FILE']}")
+        count = sum(1 for line in logs.splitlines() if line.startswith("==> "))
+        if not count:
+            ui.ok("NCCL wrote no warnings")
+            return None
+        copy = self.outdir / "nccl.log"
+        copy.write_text(logs)
+        ui.warn(f"NCCL wrote warnings in {count} log(s): {copy} (on the master: {self.nccl['NCCL_DEBUG_FILE']})")
+        return copy
+
+
+def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_id: str,
+              outdir: Path) -> dict[str, Any]:
+    """Run the sweep on the cluster; write results into outdir; return the --json record."""
+    session = Session(runner, cluster, opts, run_id, outdir)
+    outdir, remote, launch, nccl, limit = session.outdir, session.remote, session.launch, session.nccl, session.limit
+    job_scripts = session.job_scripts
 
     top = max(opts.nodes)
-    # the runner waits past timeout's --kill-after; under Slurm also for the queue
-    limit = opts.run_timeout_s + 60 + (opts.queue_timeout_s + 60 if opts.via == "slurm" else 0)
     ui.step(f"bench {run_id}: profile {opts.profile}: {opts.model}, batch {opts.batch_size}/rank, {opts.image_size}px, "
             f"mode {opts.mode}, nodes {','.join(map(str, opts.nodes))}"
             + (f", {opts.threads} thread(s) per rank" if opts.threads else "")
@@ -491,20 +534,7 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     else:
         ui.info("all-reduce skipped: it needs 2 or more nodes")
 
-    nccl_copy: Path | None = None
-    if nccl:
-        try:
-            logs = remote("nccl-logs", nccl_logs_cmd(cluster, run_id), 120, cleanup=False)
-        except OperationFailed as e:  # results stand without it; the files stay on the master
-            logs = ""
-            ui.warn(f"NCCL logs not copied ({e}); they are on the master: {nccl['NCCL_DEBUG_FILE']}")
-        count = sum(1 for line in logs.splitlines() if line.startswith("==> "))
-        if count:
-            nccl_copy = outdir / "nccl.log"
-            nccl_copy.write_text(logs)
-            ui.warn(f"NCCL wrote warnings in {count} log(s): {nccl_copy} (on the master: {nccl['NCCL_DEBUG_FILE']})")
-        else:
-            ui.ok("NCCL wrote no warnings")
+    nccl_copy = session.copy_nccl_logs()
 
     link = bidir = None
     workers = [n for n in cluster["nodes"] if n["role"] != "master"]
@@ -568,16 +598,19 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     return report
 
 
-def run_on_cluster(state: Any, cluster: dict[str, Any], opts: BenchOptions) -> dict[str, Any]:
-    """The sweep on the master, under the cluster's bench lock (one benchmark at a time);
-    on Ctrl-C no rank is left running on any node."""
+Sweep = Callable[[Runner, dict[str, Any], Any, str, Path], dict[str, Any]]
+
+
+def run_on_cluster(state: Any, cluster: dict[str, Any], opts: Launch, sweep: Sweep | None = None) -> dict[str, Any]:
+    """A sweep on the master (run_bench, or bench_train.run_train for --data), under the
+    cluster's bench lock (one benchmark at a time); on Ctrl-C no rank is left running on any node."""
     from deployer.remote import MasterRunner
 
     runner = MasterRunner(state, cluster)
     with state.lock("bench"):
         run_id = time.strftime("%Y%m%d-%H%M%S")
         try:
-            return run_bench(runner, cluster, opts, run_id, state.bench_dir / run_id)
+            return (sweep or run_bench)(runner, cluster, opts, run_id, state.bench_dir / run_id)
         except KeyboardInterrupt:
             if opts.via == "slurm":
                 ui.warn(f"interrupted: cancelling this bench's Slurm jobs (scancel --name={job_name(run_id)})")

@@ -1,5 +1,9 @@
 """Progress of a benchmark run, read from the `PROGRESS {json}` lines rank 0 prints
 (benchmarks/resnet_synthetic.py --progress): where the run is, img/s so far, an ETA.
+benchmarks/resnet_train.py --progress (bench --data) prints `train` (epoch, batch) and
+`epoch_done` (top-1, img/s, seconds of the epoch): the line then says the epoch, img/s,
+top-1 so far against the target, and an ETA to the last epoch (a bound: the run stops at
+the first epoch that reaches the target).
 Under Slurm (bench --via slurm) benchmarks/slurm_job.py adds two: `queued` while the job
 waits ("waiting for 2 node(s) (Resources)", said at once, not after the next interval)
 and `running` when it starts.
@@ -35,8 +39,12 @@ def queued_text(ev: dict[str, Any]) -> str:
 
 class RunProgress:
     def __init__(self, label: str, *, every_s: float = 5.0, clock: Callable[[], float] = time.monotonic,
-                 emit: Callable[[str], None] | None = None):
+                 emit: Callable[[str], None] | None = None, target: float | None = None):
         self.label = label
+        self.target = target  # resnet_train: the top-1 it trains to
+        self.epochs: list[dict[str, Any]] = []  # resnet_train: its epoch_done events
+        self.train: dict[str, Any] = {}  # resnet_train: the latest train event
+        self.epoch_started: float | None = None
         self.every_s = every_s
         self.clock = clock
         self.emit = emit
@@ -76,7 +84,42 @@ class RunProgress:
             self.phase = f"iteration {ev['iter']}/{iters}, batch {ev['batch']}/{ev['batches']}"
         elif kind == "iter_done":
             self.rates.append(float(ev["img_per_sec"]))
+        elif kind == "train":
+            if self.epoch_started is None or ev.get("epoch") != self.train.get("epoch"):
+                self.epoch_started = now
+            self.train = ev
+            self.phase = f"epoch {ev['epoch']}/{ev['epochs']}, batch {ev['batch']}/{ev['batches']}"
+        elif kind == "epoch_done":
+            self.epochs.append(ev)
+            self.train = {}
+            self.epoch_started = None
+            self.phase = f"epoch {ev['epoch']}/{ev['epochs']} done"
+            if self.target is not None and float(ev["top1"]) >= self.target:
+                self.phase += ", target reached"
+            self.last_emit = -1e9  # each epoch's accuracy is said
         self.show(now)
+
+    def train_eta_s(self, now: float) -> float | None:
+        """resnet_train: seconds to its last epoch at the pace so far (an upper bound); None
+        once an epoch reached the target (the run is ending)."""
+        if self.epochs and self.target is not None and float(self.epochs[-1]["top1"]) >= self.target:
+            return None
+        done = self.epochs[-1]["epoch"] if self.epochs else 0
+        total = int((self.train or (self.epochs[-1] if self.epochs else {})).get("epochs") or 0)
+        per_epoch = sum(float(e["epoch_s"]) for e in self.epochs) / len(self.epochs) if self.epochs else None
+        left = 0.0
+        if self.train and self.epoch_started is not None:
+            b, nb = int(self.train["batch"]), int(self.train["batches"])
+            spent = now - self.epoch_started
+            # the clock starts at batch 1's event: b-1 batches timed so far (none yet at batch 1)
+            this = per_epoch if per_epoch is not None else (spent * (nb - 1) / (b - 1) if b > 1 else None)
+            if this is None:
+                return None
+            left, done = max(0.0, this - spent), done + 1
+            per_epoch = per_epoch if per_epoch is not None else this
+        if per_epoch is None or not total:
+            return None
+        return left + per_epoch * max(0, total - done)
 
     # -- saying ----------------------------------------------------------------------
     def eta_s(self, now: float) -> float | None:
@@ -87,12 +130,25 @@ class RunProgress:
         return per_batch * (total - self.done)
 
     def text(self, now: float) -> str:
+        if self.epochs or self.train:
+            return self.train_text(now)
         parts = [self.label, self.phase]
         if self.rates:
             parts.append(f"{sum(self.rates) / len(self.rates):.1f} img/s per rank so far")
         eta = self.eta_s(now)
         if eta is not None:
             parts.append(f"ETA {eta:.0f}s")
+        return " · ".join(parts)
+
+    def train_text(self, now: float) -> str:
+        parts = [self.label, self.phase]
+        if self.epochs:
+            last = self.epochs[-1]
+            parts.append(f"{float(last['img_per_sec']):.1f} img/s")
+            parts.append(f"top-1 {float(last['top1']):.4f}" + (f" (target {self.target:g})" if self.target else ""))
+        eta = self.train_eta_s(now)
+        if eta is not None:
+            parts.append(f"ETA ≤ {eta:.0f}s")
         return " · ".join(parts)
 
     def show(self, now: float) -> None:

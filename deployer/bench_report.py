@@ -9,6 +9,9 @@ result files. Formulas (numbers a reader can check by hand):
   link        iperf3 Gbit/s / 8 = GB/s          the same unit as busbw
   of NVIDIA   (img/s per GPU) / NVIDIA's        ResNet-50 on a GPU NVIDIA published a figure for
               published 1-GPU AMP img/s         (deployer/data/nvidia_resnet50_reference.json)
+  time to     elapsed training + evaluation     bench --data: resnet_train.py's clock at the first
+  accuracy    seconds to the target top-1        epoch whose test top-1 reaches the target
+  speed-up    t_b / t_N                          time to accuracy at the smallest N b over N's
 """
 
 from __future__ import annotations
@@ -147,6 +150,53 @@ def aggregate(
     }
 
 
+# --- bench --data: training to a target accuracy (benchmarks/resnet_train.py) -----------
+def median_img_per_sec(rec: Mapping[str, Any]) -> float:
+    """A training run's throughput: the median epoch's training img/s, data loading included
+    (the median, so the first epoch's start-up and one slow epoch do not move it)."""
+    rates = [e["img_per_sec"] for e in rec.get("history") or []]
+    return statistics.median(rates) if rates else 0.0
+
+
+def training_run(nodes: int, rec: Mapping[str, Any]) -> dict[str, Any]:
+    """One `training.runs` entry from resnet_train.py's --json record at N nodes."""
+    keep = ("epoch", "top1", "img_per_sec", "epoch_s", "elapsed_s", "loss", "lr")
+    history = [{k: e.get(k) for k in keep} for e in rec.get("history") or []]
+    return {"nodes": nodes, "ranks": rec["world_size"], "epochs": rec["epochs"], "epochs_run": rec["epochs_run"],
+            "reached": bool(rec["reached"]), "time_to_target_s": rec.get("time_to_target_s"),
+            "epochs_to_target": rec.get("epochs_to_target"), "final_top1": history[-1]["top1"] if history else None,
+            "best_top1": rec.get("best_top1"), "model": rec["model"], "batch_size": rec["batch_size"],
+            "global_batch": rec["global_batch"], "base_lr": rec["base_lr"], "peak_lr": rec["peak_lr"], "history": history}
+
+
+def training_report(run_id: str, manifest: Mapping[str, Any], target_acc: float,
+                    runs: Iterable[tuple[int, dict[str, Any]]], versions: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report of a `bench --data` sweep: `training` (time to accuracy per N) and `results`
+    rows of mode "train" (the median epoch's img/s with data loading, per-rank batch fixed
+    across N, so E(N) reads as the synthetic sweep's). No NVIDIA reference: its figures are
+    ImageNet at 224 px, not whatever the dataset's images are."""
+    runs = list(runs)
+    throughput = [(n, {"world_size": rec["world_size"], "img_per_sec": median_img_per_sec(rec),
+                       "img_per_sec_per_rank": median_img_per_sec(rec) / rec["world_size"], "mode": "train",
+                       "model": rec["model"], "batch_size": rec["batch_size"], "image_size": manifest["shape"][-1]})
+                  for n, rec in runs if rec.get("history")]
+    report = aggregate(run_id, throughput, versions=versions, mode="train")
+    report["reference"] = None
+    report["training"] = {"dataset": manifest["name"], "target_acc": target_acc,
+                          "runs": [training_run(n, rec) for n, rec in runs]}
+    return report
+
+
+def speedups(training: Mapping[str, Any]) -> dict[int, float | None]:
+    """Time-to-accuracy speed-up of each N over the smallest N that reached the target."""
+    reached = [r for r in training["runs"] if r["reached"] and r["time_to_target_s"]]
+    if not reached:
+        return {r["nodes"]: None for r in training["runs"]}
+    base = min(reached, key=lambda r: r["nodes"])["time_to_target_s"]
+    return {r["nodes"]: (base / r["time_to_target_s"] if r["reached"] and r["time_to_target_s"] else None)
+            for r in training["runs"]}
+
+
 def reference_share(row: Mapping[str, Any], reference: Mapping[str, Any] | None) -> float | None:
     """A row's img/s per GPU as a share of NVIDIA's published figure (ranks are GPUs on GPU runs)."""
     if not reference or not reference.get("img_per_sec_per_gpu"):
@@ -216,6 +266,7 @@ def network_summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
 CSV_FIELDS = [
     "kind", "nodes", "ranks", "img_per_sec", "img_per_sec_per_rank", "efficiency",
     "ensemble_img_per_sec", "comm_share", "bytes", "time_us", "algbw_gb_s", "busbw_gb_s", "wrong",
+    "epoch", "top1", "epoch_s", "elapsed_s", "time_to_target_s", "reached",
 ]
 
 
@@ -231,7 +282,7 @@ def write_files(report: dict[str, Any], outdir: Path) -> dict[str, Any]:
              "job_scripts": given.get("job_scripts") or []}
     report["files"] = files
     # why one CSV with a "kind" column: the schema names one CSV file; spreadsheet
-    # users filter on kind = scaling | allreduce.
+    # users filter on kind = scaling | allreduce | training (bench --data: a row per N and epoch).
     with open(files["csv"], "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
@@ -239,6 +290,10 @@ def write_files(report: dict[str, Any], outdir: Path) -> dict[str, Any]:
             w.writerow({"kind": "scaling", **row})
         for row in report["allreduce"]:
             w.writerow({"kind": "allreduce", **row})
+        for run in (report.get("training") or {}).get("runs") or []:
+            for e in run["history"]:
+                w.writerow({"kind": "training", "nodes": run["nodes"], "ranks": run["ranks"], **e,
+                            "time_to_target_s": run["time_to_target_s"], "reached": run["reached"]})
     files["plots"] = [str(p) for p in plot(report, outdir)]
     report.update(validate(report))
     Path(files["json"]).write_text(json.dumps(report, indent=2) + "\n")
@@ -298,6 +353,55 @@ def plot(report: dict[str, Any], outdir: Path) -> list[Path]:
     net = report.get("network")
     if net and net["pairs"]:
         paths.append(_plot_network(plt, net, report["run_id"], outdir / "network.png"))
+    if report.get("training") and report["training"]["runs"]:
+        paths += _plot_training(plt, report["training"], report["run_id"], outdir)
+    return paths
+
+
+def _plot_training(plt: Any, training: dict[str, Any], run_id: str, outdir: Path) -> list[Path]:
+    """accuracy.png: test top-1 against training + evaluation time, a curve per N, the target
+    dashed; time_to_accuracy.png: time to the target against N (a cross at the last epoch's
+    time where the target was not reached)."""
+    runs, target = training["runs"], training["target_acc"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in runs:
+        ax.plot([e["elapsed_s"] for e in r["history"]], [e["top1"] for e in r["history"]], "o-",
+                label=f"{r['nodes']} node(s), {r['ranks']} rank(s)" + ("" if r["reached"] else " — not reached"))
+    ax.axhline(target, color="grey", ls="--", label=f"target {target:g}")
+    ax.set_xlabel("training + evaluation time (s)")
+    ax.set_xlim(left=0)
+    ax.set_ylabel("test top-1")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{training['dataset']} {runs[0]['model']} — {run_id}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    paths = [outdir / "accuracy.png"]
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    nodes = [r["nodes"] for r in runs]
+    hit = [r for r in runs if r["reached"]]
+    miss = [r for r in runs if not r["reached"] and r["history"]]
+    if hit:
+        ax.plot([r["nodes"] for r in hit], [r["time_to_target_s"] for r in hit], "o-", label=f"time to top-1 {target:g}")
+        base = min(hit, key=lambda r: r["nodes"])
+        ax.plot(nodes, [base["time_to_target_s"] * base["nodes"] / n for n in nodes], "--", color="grey", label="ideal (1/N)")
+    if miss:
+        ax.plot([r["nodes"] for r in miss], [r["history"][-1]["elapsed_s"] for r in miss], "x", color="red", ms=10,
+                label="not reached (time of the last epoch)")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("seconds")
+    ax.set_ylim(bottom=0)
+    ax.set_xticks(nodes)
+    ax.set_title(f"time to accuracy — {training['dataset']} — {run_id}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    paths.append(outdir / "time_to_accuracy.png")
+    fig.savefig(paths[-1], dpi=100)
+    plt.close(fig)
     return paths
 
 
@@ -367,6 +471,30 @@ def results_table(report: dict[str, Any]) -> Table:
     return t
 
 
+def training_table(report: dict[str, Any]) -> Table:
+    """bench --data: time to the target top-1 per N, its speed-up over the smallest N that
+    reached it, and the training throughput (img/s with data loading, E(N) as the synthetic table's)."""
+    tr = report["training"]
+    ds = (report.get("versions") or {}).get("dataset") or {}
+    t = Table(title=f"time to top-1 {tr['target_acc']:g} — {tr['dataset']} — {report['run_id']}",
+              caption=(f"{ds.get('train_samples')} training / {ds.get('test_samples')} test images; "
+                       "batch: global (per rank x ranks); lr: the peak rate; "
+                       "to target: training + evaluation until the first epoch at the target; "
+                       "img/s: the median epoch, data loading included") if ds else None, caption_justify="left")
+    for col in ("nodes", "ranks", "batch", "lr", "epochs", "to target", "speed-up", "top-1", "img/s", "E(N)"):
+        t.add_column(col, justify="right")
+    rows = {r["nodes"]: r for r in report["results"]}
+    up = speedups(tr)
+    for r in tr["runs"]:
+        row = rows.get(r["nodes"]) or {}
+        t.add_row(str(r["nodes"]), str(r["ranks"]), str(r["global_batch"]), f"{r['peak_lr']:.3g}",
+                  f"{r['epochs_to_target'] or r['epochs_run']}/{r['epochs']}",
+                  f"{r['time_to_target_s']:.1f}s" if r["reached"] else "not reached",
+                  _num(up.get(r["nodes"]), ".2f"), _num(r["final_top1"], ".3f"), _num(row.get("img_per_sec"), ".1f"),
+                  _num(row.get("efficiency"), ".1%"))
+    return t
+
+
 def network_table(report: dict[str, Any]) -> Table:
     """Pairwise iperf3 rates, slowest first."""
     net = report["network"]
@@ -396,8 +524,9 @@ def allreduce_table(report: dict[str, Any]) -> Table:
 
 
 def tables(report: dict[str, Any]) -> list[Table]:
-    """What `deployer bench` prints: throughput, then all-reduce and the network when measured."""
-    out = [results_table(report)]
+    """What `deployer bench` prints: throughput (bench --data: time to accuracy), then
+    all-reduce and the network when measured."""
+    out = [training_table(report) if report.get("training") else results_table(report)]
     if report.get("allreduce"):
         out.append(allreduce_table(report))
     if report.get("network"):

@@ -5,7 +5,9 @@ The bench builds the report as a plain dict (deployer/bench_report.py) and valid
 here before anything is written, so a report on disk always has this shape. Version 2
 added `network` (bench --net), `files.timeline` and `versions.kernel`; version 3 `reference`
 (NVIDIA's published figure for the run's GPU) and `files.nccl_logs`; version 4
-`files.job_scripts` (bench --via slurm: the sbatch script of every run); `load` reads 1 to 4.
+`files.job_scripts` (bench --via slurm: the sbatch script of every run); version 5 `training`
+(bench --data: time to a target accuracy on real data, per node count) and
+`versions.dataset`; `load` reads 1 to 5.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import RecordError
 
-SCHEMA = 4
-READABLE = (1, 2, 3, 4)
+SCHEMA = 5
+READABLE = (1, 2, 3, 4, 5)
 
 
 class _Model(BaseModel):
@@ -99,6 +101,42 @@ class Reference(_Model):
     source: Source
 
 
+class Epoch(_Model):
+    """One epoch of benchmarks/resnet_train.py (its --json history), as the report keeps it."""
+    epoch: int = Field(ge=1)
+    top1: float = Field(ge=0, le=1)  # on the whole test split
+    img_per_sec: float = Field(ge=0)  # training images / training seconds, data loading included
+    epoch_s: float = Field(ge=0)  # training + evaluation
+    elapsed_s: float = Field(ge=0)  # the run's training + evaluation so far: the time-to-accuracy clock
+    loss: float | None = None
+    lr: float | None = None  # at the epoch's last step
+
+
+class TrainingRun(_Model):
+    """resnet_train.py on N nodes: how long to the target top-1, and how it got there."""
+    nodes: int = Field(ge=1)
+    ranks: int = Field(ge=1)
+    epochs: int = Field(ge=1)  # the most it could run
+    epochs_run: int = Field(ge=0)
+    reached: bool
+    time_to_target_s: float | None  # None: not reached within `epochs`
+    epochs_to_target: int | None
+    final_top1: float | None
+    best_top1: float | None
+    model: str
+    batch_size: int = Field(ge=1)  # per rank
+    global_batch: int = Field(ge=1)
+    base_lr: float  # per 256 images
+    peak_lr: float  # base_lr * global_batch / 256
+    history: list[Epoch]
+
+
+class Training(_Model):
+    dataset: str
+    target_acc: float = Field(gt=0, le=1)
+    runs: list[TrainingRun]
+
+
 class Report(_Model):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -111,6 +149,7 @@ class Report(_Model):
     files: Files
     versions: dict[str, Any]  # the reproducibility record: software, flags, cluster
     reference: Reference | None = None
+    training: Training | None = None  # bench --data
 
 
 def validate(report: dict[str, Any]) -> dict[str, Any]:

@@ -204,11 +204,15 @@ def bench(
     timeout: Annotated[int, typer.Option("--timeout", help="seconds one benchmark run may take before it is killed")] = 1800,
     via: Annotated[str, typer.Option("--via", help="mpirun (over the hostfile) or slurm (each run an sbatch job; needs scheduler: slurm)")] = "mpirun",
     queue_timeout: Annotated[int, typer.Option("--queue-timeout", help="--via slurm: seconds a job may wait in the queue before it is cancelled")] = 3600,
+    data: Annotated[str | None, typer.Option("--data", help="train on this dataset (digits, cifar10, imagenet; `deployer data fetch` first) to --target-acc: time to accuracy per N")] = None,
+    target_acc: Annotated[float | None, typer.Option("--target-acc", help="--data: the top-1 to reach, a fraction in (0, 1] (default: the dataset's)")] = None,
+    epochs: Annotated[int | None, typer.Option("--epochs", help="--data: most epochs per run (default: the dataset's)")] = None,
     name: NameOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
     json_out: JsonOpt = False,
 ) -> None:
-    """ResNet data-parallel + allreduce scaling study across 1..N nodes, run on the master."""
+    """ResNet data-parallel + allreduce scaling study across 1..N nodes, run on the master;
+    with --data, time to a target accuracy on real data per N."""
     from . import bench as bench_mod
     from . import bench_report
 
@@ -218,20 +222,42 @@ def bench(
     if via == "slurm" and spec is not None and spec.scheduler != "slurm":
         raise UsageError(f"--via slurm: cluster {st.name!r} has no Slurm (scheduler: {spec.scheduler}); "
                          "set scheduler: slurm in cluster.yaml and re-run `deployer up`, or drop --via slurm")
-    opts = bench_mod.make_options(
-        cluster, nodes=nodes, profile=profile, model=model, batch_size=batch_size, image_size=image_size, mode=mode,
-        num_iters=num_iters, num_batches_per_iter=num_batches_per_iter, num_warmup_batches=num_warmup_batches,
-        threads=threads, amp=amp, channels_last=channels_last, fp16_allreduce=fp16_allreduce,
-        allreduce_max=allreduce_max, net=net, timeline=timeline, run_timeout_s=timeout,
-        via=via, queue_timeout_s=queue_timeout,
-    )
-    report = bench_mod.run_on_cluster(st, cluster, opts)
+    if data is not None or target_acc is not None or epochs is not None:
+        if data is None:
+            raise UsageError("--target-acc and --epochs are for training on real data: add --data NAME (e.g. --data digits)")
+        synthetic = {"--profile": profile, "--model": model, "--batch-size": batch_size, "--image-size": image_size,
+                     "--num-iters": num_iters, "--num-batches-per-iter": num_batches_per_iter,
+                     "--num-warmup-batches": num_warmup_batches, "--channels-last": channels_last,
+                     "--allreduce-max": allreduce_max, "--mode": None if mode == "dp" else mode,
+                     "--fp16-allreduce": fp16_allreduce or None, "--timeline": timeline or None, "--net": net or None}
+        given = [flag for flag, value in synthetic.items() if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} is for the synthetic benchmark; with --data the dataset's manifest sets "
+                             "the model and batch: drop it, or drop --data")
+        from . import bench_train
+
+        topts = bench_train.make_train_options(cluster, data=data, target_acc=target_acc, nodes=nodes, epochs=epochs,
+                                               threads=threads, amp=amp, run_timeout_s=timeout, via=via,
+                                               queue_timeout_s=queue_timeout)
+        report = bench_train.run_on_cluster(st, cluster, topts)
+    else:
+        report = _synthetic(st, cluster, nodes=nodes, profile=profile, model=model, batch_size=batch_size,
+                            image_size=image_size, mode=mode, num_iters=num_iters, num_batches_per_iter=num_batches_per_iter,
+                            num_warmup_batches=num_warmup_batches, threads=threads, amp=amp, channels_last=channels_last,
+                            fp16_allreduce=fp16_allreduce, allreduce_max=allreduce_max, net=net, timeline=timeline,
+                            run_timeout_s=timeout, via=via, queue_timeout_s=queue_timeout)
     if spec is None or spec.monitoring.enabled:
         bench_mod.push_results(st, cluster, report)
     for table in bench_report.tables(report):
         ui.err.print(table)
     if json_out:
         ui.print_json(report)
+
+
+def _synthetic(st, cluster: dict, **flags) -> dict:
+    from . import bench as bench_mod
+
+    return bench_mod.run_on_cluster(st, cluster, bench_mod.make_options(cluster, **flags))
 
 
 def _show_dashboard(desc: dict, json_out: bool) -> None:

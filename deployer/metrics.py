@@ -19,6 +19,9 @@ Series (all gauges; run_id comes from the grouping key):
     deployer_bench_link_gbit_s{tool}                        iperf3 between two nodes
     deployer_bench_run_timestamp_seconds{model,mode}        when the run happened
     deployer_bench_pair_gbit_s{src, dst}                    with --net: iperf3 between two nodes
+    deployer_bench_time_to_target_seconds{nodes,model,dataset,target}   with --data: training + evaluation
+                                                            seconds to the target top-1 (absent: not reached)
+    deployer_bench_final_top1{nodes,model,dataset,target}   with --data: test top-1 at the run's last epoch
     deployer_bench_info{<versions>}                         1, versions as labels
 """
 
@@ -158,6 +161,20 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
         for p in net["pairs"]:
             if _number(p.get("gbit_s")) is not None:
                 pair.labels(_label(p["src"]), _label(p["dst"])).set(_number(p["gbit_s"]))
+
+    training = result.get("training") or {}
+    if training.get("runs"):
+        tr_labels = ("nodes", "model", "dataset", "target")
+        to_target = Gauge(PREFIX + "time_to_target_seconds", "Training + evaluation seconds to the target top-1 "
+                          "(bench --data; absent where it was not reached)", tr_labels, registry=reg)
+        final = Gauge(PREFIX + "final_top1", "Test top-1 at the training run's last epoch (bench --data)", tr_labels, registry=reg)
+        for run in training["runs"]:
+            labels = (_label(run.get("nodes")), _label(run.get("model")), _label(training.get("dataset")),
+                      _label(training.get("target_acc")))
+            for gauge, key in ((to_target, "time_to_target_s"), (final, "final_top1")):
+                value = _number(run.get(key))
+                if value is not None:
+                    gauge.labels(*labels).set(value)
 
     stamp = _number(result.get("timestamp"))
     if stamp is None:

@@ -58,3 +58,36 @@ def test_bad_data_input_exits_2_and_copies_nothing(local_cluster, args, says):
     assert p.returncode == 2, p.stderr
     assert [ln for ln in p.stderr.splitlines() if ln.strip()] == [ln for ln in p.stderr.splitlines() if says in ln], p.stderr
     assert sorted(p.name for p in (local_cluster.state / "shared" / "datasets").iterdir()) == before
+
+
+def test_bench_data_reaches_the_target_at_every_node_count(local_cluster):
+    # after test_digits_are_fetched_once_onto_the_shared_storage (same module, file order)
+    p = local_cluster.deployer("bench", "--data", "digits", "--target-acc", "0.9", "--nodes", "1,2", "--json", timeout=1800)
+    assert p.returncode == 0, p.stderr[-4000:]
+    report = json.loads(p.stdout)
+    runs = {r["nodes"]: r for r in report["training"]["runs"]}
+    assert set(runs) == {1, 2}, report["training"]
+    for n, r in runs.items():
+        assert r["reached"] and r["time_to_target_s"] > 0 and r["final_top1"] >= 0.9, (n, r)
+    plots = {p.rsplit("/", 1)[-1] for p in report["files"]["plots"]}
+    assert {"accuracy.png", "time_to_accuracy.png"} <= plots, plots
+    assert all((local_cluster.state / "bench" / report["run_id"] / f).is_file() for f in ("accuracy.png", "results.json"))
+    print("time to 0.9 top-1 on digits: " + ", ".join(f"{n} node(s) {r['time_to_target_s']:.1f} s" for n, r in sorted(runs.items())))
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--data", "mnist"], "unknown dataset 'mnist'"),
+    (["--data", "digits", "--target-acc", "0"], "--target-acc 0 is not a top-1 fraction in (0, 1]"),
+    (["--data", "digits", "--target-acc", "1.5"], "--target-acc 1.5 is not a top-1 fraction in (0, 1]"),
+    (["--data", "cifar10"], "dataset cifar10 is not on the cluster: run `deployer data fetch cifar10` first"),
+    (["--data", "digits", "--model", "resnet50"], "--model is for the synthetic benchmark"),
+    (["--target-acc", "0.9"], "add --data NAME"),
+])
+def test_bad_bench_data_input_exits_2_and_runs_nothing(local_cluster, args, says):
+    runs = sorted((local_cluster.state / "bench").iterdir()) if (local_cluster.state / "bench").exists() else []
+    p = local_cluster.deployer("bench", *args, timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and says in lines[0], p.stderr
+    after = sorted((local_cluster.state / "bench").iterdir()) if (local_cluster.state / "bench").exists() else []
+    assert after == runs, "no run was started"

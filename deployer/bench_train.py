@@ -1,0 +1,197 @@
+"""`deployer bench --data NAME`: time to a target accuracy on real data, per node count.
+
+The real-data companion of deployer.bench.run_bench, on the same machinery (bench.Session:
+one shell command string per remote step, logged and saved to commands.sh; each run an
+mpirun over the hostfile or, with --via slurm, an sbatch job followed on the master).
+Order:
+
+  1. the dataset's manifest on the master (<shared>/datasets/<name>/dataset.json): not
+     there, a UsageError naming `deployer data fetch NAME`, before anything else is sent
+  2. hostfile.N for each N
+  3. for each N: benchmarks/resnet_train.py on N nodes until the target top-1 (or its
+     last epoch), checkpointing into <run dir>/ckpt-N
+  4. on GPU nodes: the non-empty NCCL warning logs, copied back (bench.Session.copy_nccl_logs)
+  5. the report (bench_report.training_report): `training` per N, and `results` rows of
+     img/s with data loading (mode "train", the median epoch), so E(N) and the
+     Pushgateway series read as the synthetic sweep's
+
+A run that ends below the target is a result, not a failure: reached=false, a warning
+line, exit 0. A run that crashes fails the sweep as a synthetic run does.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from deployer import bench, bench_report, datasets, ui
+from deployer.bench_progress import RunProgress
+from deployer.errors import OperationFailed, UsageError
+from deployer.nodes import gpus, rank_nodes
+
+SCRIPT = "resnet_train.py"
+NO_MANIFEST = "deployer: no dataset manifest"
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    nodes: tuple[int, ...]
+    dataset: str
+    target_acc: float
+    epochs: int | None = None  # most epochs per run; None: the dataset's default (its manifest)
+    threads: int | None = None  # torch threads per rank; None: resnet_train.py sizes itself
+    amp: bool = False
+    auto_flags: tuple[str, ...] = ()  # amp chosen by the hardware, not asked for
+    run_timeout_s: int = 3600  # wall-clock bound of one training run
+    via: str = "mpirun"
+    queue_timeout_s: int = 3600
+
+
+def make_train_options(cluster: dict[str, Any], *, data: str, target_acc: float | None = None, nodes: str | None = None,
+                       epochs: int | None = None, threads: int | None = None, amp: bool | None = None,
+                       run_timeout_s: int = 3600, via: str = "mpirun", queue_timeout_s: int = 3600) -> TrainOptions:
+    """Validate `bench --data` flags before anything runs (UsageError, exit 2). target_acc None:
+    the dataset's own target; threads None: as the synthetic sweep sizes them; amp None: on
+    with GPU nodes, off on CPU-only ones."""
+    ds = datasets.resolve(data)
+    target = ds.training.target_acc if target_acc is None else datasets.target_accuracy(target_acc)
+    counts = bench.parse_node_counts(nodes, len(cluster["nodes"]))
+    chosen, auto = bench.gpu_defaults(cluster, {"amp": amp})
+    if epochs is not None and epochs < 1:
+        raise UsageError("--epochs must be at least 1")
+    if threads is not None and threads < 1:
+        raise UsageError("--threads must be at least 1")
+    if run_timeout_s < 1:
+        raise UsageError("--timeout must be positive")
+    if via not in bench.LAUNCHERS:
+        raise UsageError(f"--via {via!r}: use one of {', '.join(bench.LAUNCHERS)}")
+    if queue_timeout_s < 1:
+        raise UsageError("--queue-timeout must be positive")
+    return TrainOptions(nodes=counts, dataset=ds.name, target_acc=target, epochs=epochs,
+                        threads=threads if threads is not None else bench.threads_per_rank(cluster, counts),
+                        amp=chosen["amp"], auto_flags=tuple(a for a in auto if a == "amp"),
+                        run_timeout_s=run_timeout_s, via=via, queue_timeout_s=queue_timeout_s)
+
+
+# --- the remote commands ---------------------------------------------------------------
+def data_dir(cluster: dict[str, Any], name: str) -> str:
+    return datasets.dataset_dir(cluster["shared_dir"], name)
+
+
+def manifest_cmd(cluster: dict[str, Any], name: str) -> str:
+    """Print the dataset's manifest on the master, or NO_MANIFEST where there is none (exit 0
+    both ways, so a failure of the command itself stays an OperationFailed)."""
+    path = shlex.quote(f"{data_dir(cluster, name)}/{datasets.MANIFEST}")
+    return f"if [ -f {path} ]; then cat {path}; else echo {shlex.quote(NO_MANIFEST)}; fi"
+
+
+def parse_manifest(stdout: str, name: str) -> dict[str, Any]:
+    text = stdout.strip()
+    if not text or text.endswith(NO_MANIFEST):
+        raise UsageError(f"dataset {name} is not on the cluster: run `deployer data fetch {name}` first")
+    try:
+        m = json.loads(text[text.index("{"):])
+    except (ValueError, json.JSONDecodeError):
+        raise OperationFailed(f"the manifest of dataset {name} on the master is not JSON: "
+                              f"run `deployer data fetch {name}` again") from None
+    if not isinstance(m, dict) or m.get("schema") != datasets.SCHEMA:
+        raise OperationFailed(f"dataset {name} on the master has a manifest of another schema "
+                              f"({m.get('schema') if isinstance(m, dict) else None}): run `deployer data fetch {name}` again")
+    return m
+
+
+def manifest_summary(m: dict[str, Any]) -> dict[str, Any]:
+    """The dataset in the report's versions: what was trained on, and which files exactly."""
+    splits = m.get("splits") or {}
+    return {"name": m.get("name"), "format": m.get("format"), "shape": m.get("shape"),
+            "classes": len(m.get("classes") or []), "train_samples": (splits.get("train") or {}).get("samples"),
+            "test_samples": (splits.get("test") or {}).get("samples"), "source": m.get("source"),
+            "training": m.get("training"),
+            "sha256": {f: (v or {}).get("sha256") for f, v in (m.get("files") or {}).items()}}
+
+
+def train_args(cluster: dict[str, Any], run_id: str, opts: TrainOptions, n: int) -> list[str]:
+    args = ["--data", data_dir(cluster, opts.dataset), "--target-acc", f"{opts.target_acc:g}",
+            "--checkpoint-dir", f"{bench.run_dir(cluster, run_id)}/ckpt-{n}", "--json", "--progress"]
+    if opts.epochs:
+        args += ["--epochs", str(opts.epochs)]
+    if opts.amp:
+        args.append("--amp")
+    if opts.threads:
+        args += ["--threads", str(opts.threads)]
+    return args
+
+
+# --- the sweep ---------------------------------------------------------------------------
+def run_train(runner: bench.Runner, cluster: dict[str, Any], opts: TrainOptions, run_id: str,
+              outdir: Path) -> dict[str, Any]:
+    """Train to the target at every N; write results into outdir; return the --json record."""
+    # before the session: a dataset that is not there changes nothing, here or on the master
+    rc, out, err = runner.run(manifest_cmd(cluster, opts.dataset), timeout=60)
+    if rc != 0:
+        raise OperationFailed(f"reading dataset {opts.dataset}'s manifest on the master failed (exit {rc}): "
+                              f"{(err.strip().splitlines() or ['no output'])[-1]}")
+    manifest = parse_manifest(out, opts.dataset)
+    session = bench.Session(runner, cluster, opts, run_id, outdir)
+    with session.script.open("a") as f:
+        f.write(manifest_cmd(cluster, opts.dataset) + "\n")
+    ui.step(f"bench {run_id}: {manifest['name']} to top-1 {opts.target_acc:g}, nodes {','.join(map(str, opts.nodes))}"
+            + (f", {opts.threads} thread(s) per rank" if opts.threads else "")
+            + (", each run an sbatch job" if opts.via == "slurm" else ""))
+    t = manifest.get("training") or {}
+    ui.info(f"  the dataset's training defaults: {t.get('model', '?')}, batch {t.get('batch_size', '?')} per rank, "
+            f"base lr {t.get('base_lr', '?')} per 256 images, up to {opts.epochs or t.get('epochs', '?')} epochs; "
+            f"AMP {'on' if opts.amp else 'off'}" + (" (auto)" if opts.auto_flags else ""))
+    session.remote("hostfiles", bench.hostfiles_cmd(cluster, run_id, opts.nodes), 60, cleanup=False)
+
+    runs: list[tuple[int, dict[str, Any]]] = []
+    for i, n in enumerate(opts.nodes, 1):
+        ui.step(f"resnet_train on {n} node(s) (run {i}/{len(opts.nodes)})")
+        name = f"train-{n}"
+        cmd = session.launch(name, n, SCRIPT, train_args(cluster, run_id, opts, n))
+        with RunProgress(f"{n} node(s) train", target=opts.target_acc) as progress:
+            out = session.remote(name, cmd, session.limit, on_line=progress, nodes=n)
+        rec = bench.parse_json_line(out, f"resnet_train ({n} nodes)")
+        runs.append((n, rec))
+        last = rec["history"][-1]["top1"] if rec["history"] else None
+        if rec["reached"]:
+            ui.ok(f"{n} node(s): top-1 {opts.target_acc:g} reached in {rec['time_to_target_s']:.1f}s "
+                  f"(epoch {rec['epochs_to_target']}), {bench_report.median_img_per_sec(rec):.1f} img/s")
+        else:
+            ui.warn(f"{n} node(s): target top-1 {opts.target_acc:g} not reached in {rec['epochs_run']} epoch(s) "
+                    f"(last {last if last is None else format(last, '.4f')}, best {rec['best_top1']}); "
+                    f"reported with reached=false: more --epochs or a lower --target-acc")
+
+    nccl_copy = session.copy_nccl_logs()  # GPU nodes: every rank's NCCL warnings, back from the run dir
+    versions = {
+        "benchmark": runs[0][1].get("versions", {}) if runs else {},
+        "dataset": manifest_summary(manifest),
+        "provider": cluster["provider"],
+        "image": (cluster.get("machine") or {}).get("image"),
+        "flavor": (cluster.get("machine") or {}).get("flavor"),
+        "cluster_nodes": len(cluster["nodes"]),
+        "gpus_per_node": [gpus(x) for x in cluster["nodes"]],
+        "node_counts": list(opts.nodes),
+        "flags": {**asdict(opts), "ranks": {str(n): len(rank_nodes(cluster, n)) for n in opts.nodes}},
+        "cpu_sharing": bench.cpu_sharing(cluster, opts),
+        "nccl_debug": session.nccl or None,
+    }
+    versions = json.loads(json.dumps(versions))  # tuples as lists: the record returned is the one on disk
+    report = bench_report.training_report(run_id, manifest, opts.target_acc, runs, versions)
+    if nccl_copy:
+        report["files"]["nccl_logs"] = str(nccl_copy)
+    if session.job_scripts:
+        report["files"]["job_scripts"] = session.job_scripts
+        ui.ok(f"job scripts, templates for your own sbatch jobs: {session.outdir}/*.sbatch")
+    bench_report.write_files(report, session.outdir)
+    ui.ok(f"results in {session.outdir}")
+    return report
+
+
+def run_on_cluster(state: Any, cluster: dict[str, Any], opts: TrainOptions) -> dict[str, Any]:
+    """The training sweep on the master, as bench.run_on_cluster runs the synthetic one."""
+    return bench.run_on_cluster(state, cluster, opts, sweep=run_train)
+
