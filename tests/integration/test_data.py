@@ -1,12 +1,14 @@
 """`deployer data` on the shared local cluster: digits fetched once onto the shared storage
 through the master (and a second fetch copying nothing), a user's ImageFolder tree imported,
 the listing, and the bad inputs a tired user types (exit 2, one line, nothing copied).
-Not here: cifar10's download (no internet on this machine; tests/unit/test_datasets.py runs
-its command against a file:// archive) and a full disk (tests/unit: check_space)."""
+A folder larger than the shared storage's free space (a sparse file) is refused before
+anything is copied. Not here: cifar10's download (no internet on this machine;
+tests/unit/test_datasets.py runs its command against a file:// archive)."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -53,11 +55,28 @@ def test_an_imagefolder_tree_is_imported_and_listed(local_cluster, tmp_path):
     (["import", "/etc"], "name the dataset with --as"),
 ])
 def test_bad_data_input_exits_2_and_copies_nothing(local_cluster, args, says):
-    before = sorted(p.name for p in (local_cluster.state / "shared" / "datasets").iterdir())
+    root = local_cluster.state / "shared" / "datasets"
+    before = sorted(p.name for p in root.iterdir()) if root.exists() else []
     p = local_cluster.deployer("data", *args, timeout=120)
     assert p.returncode == 2, p.stderr
     assert [ln for ln in p.stderr.splitlines() if ln.strip()] == [ln for ln in p.stderr.splitlines() if says in ln], p.stderr
-    assert sorted(p.name for p in (local_cluster.state / "shared" / "datasets").iterdir()) == before
+    assert (sorted(p.name for p in root.iterdir()) if root.exists() else []) == before
+
+
+def test_a_dataset_larger_than_the_free_space_is_refused_before_copying(local_cluster, tmp_path):
+    # a sparse file: 8 TiB by its size (ext4 allows 16), nothing on disk; the check reads sizes, not bytes
+    for split in ("train", "val"):
+        (tmp_path / split / "c").mkdir(parents=True)
+    with open(tmp_path / "train" / "c" / "huge.jpg", "wb") as f:
+        f.truncate(8 << 40)
+    (tmp_path / "val" / "c" / "a.jpg").write_bytes(b"x")
+    p = local_cluster.deployer("data", "import", str(tmp_path), "--as", "huge", timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "not enough space for huge in /shared on the master: it needs 8192.0 GiB" in lines[0], p.stderr
+    assert re.search(r"GiB \(\d+ bytes\) are free", lines[0]), lines[0]
+    assert not (local_cluster.state / "shared" / "datasets" / "huge.partial").exists()
+    assert not (local_cluster.state / "shared" / "datasets" / "huge").exists()
 
 
 def test_bench_data_reaches_the_target_at_every_node_count(local_cluster):
