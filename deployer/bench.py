@@ -406,6 +406,13 @@ def parse_iperf(stdout: str) -> float:
     return min(rates) / 1e9
 
 
+def cluster_record(cluster: dict[str, Any]) -> dict[str, Any]:
+    """The cluster a sweep ran on, for the report's reproducibility record (both sweeps)."""
+    machine = cluster.get("machine") or {}
+    return {"provider": cluster["provider"], "image": machine.get("image"), "flavor": machine.get("flavor"),
+            "cluster_nodes": len(cluster["nodes"]), "gpus_per_node": [gpus(n) for n in cluster["nodes"]]}
+
+
 # --- the sweep -----------------------------------------------------------------------
 class Session:
     """The remote steps of one bench run, shared by every sweep: each command appended to
@@ -574,11 +581,7 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     versions = {
         "benchmark": resnet[0][1].get("versions", {}) if resnet else {},
         "allreduce": allreduce[0][1].get("versions", {}) if allreduce else None,
-        "provider": cluster["provider"],
-        "image": (cluster.get("machine") or {}).get("image"),
-        "flavor": (cluster.get("machine") or {}).get("flavor"),
-        "cluster_nodes": len(cluster["nodes"]),
-        "gpus_per_node": [gpus(n) for n in cluster["nodes"]],
+        **cluster_record(cluster),
         "node_counts": list(opts.nodes),
         "flags": asdict(opts),
         "cpu_sharing": sharing,

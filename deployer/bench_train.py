@@ -30,7 +30,7 @@ from typing import Any
 from deployer import bench, bench_report, datasets, ui
 from deployer.bench_progress import RunProgress
 from deployer.errors import OperationFailed, UsageError
-from deployer.nodes import gpus, rank_nodes
+from deployer.nodes import rank_nodes
 
 SCRIPT = "resnet_train.py"
 NO_MANIFEST = "deployer: no dataset manifest"
@@ -169,11 +169,7 @@ def run_train(runner: bench.Runner, cluster: dict[str, Any], opts: TrainOptions,
     versions = {
         "benchmark": runs[0][1].get("versions", {}) if runs else {},
         "dataset": manifest_summary(manifest),
-        "provider": cluster["provider"],
-        "image": (cluster.get("machine") or {}).get("image"),
-        "flavor": (cluster.get("machine") or {}).get("flavor"),
-        "cluster_nodes": len(cluster["nodes"]),
-        "gpus_per_node": [gpus(x) for x in cluster["nodes"]],
+        **bench.cluster_record(cluster),
         "node_counts": list(opts.nodes),
         "flags": {**asdict(opts), "ranks": {str(n): len(rank_nodes(cluster, n)) for n in opts.nodes}},
         "cpu_sharing": bench.cpu_sharing(cluster, opts),
