@@ -114,6 +114,30 @@ def imagefolder(root: str, manifest: dict, split: str, *, train: bool):
     return ds
 
 
+def sample_bytes(ds: Dataset, i: int) -> int:
+    """The bytes reading sample i takes from the shared storage: a record of a cifar-binary
+    file, or the whole image file of an ImageFolder (a stat, not a second read)."""
+    if isinstance(ds, CifarBinary):
+        return ds.record
+    return os.path.getsize(ds.samples[i][0])
+
+
+class WithBytes(Dataset):
+    """(x, label, bytes read) for the training loop's read throughput. Counted in the process
+    that reads (a data-loader worker), and carried back with the batch: a counter in the
+    dataset object would stay in the worker."""
+
+    def __init__(self, ds: Dataset):
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int):
+        x, y = self.ds[i]
+        return x, y, sample_bytes(self.ds, i)
+
+
 def open_split(root: str, manifest: dict, split: str, *, train: bool, stem: str) -> Dataset:
     if manifest["format"] == "cifar-binary":
         return CifarBinary(root, manifest, split, train=train, min_size=MIN_SIZE[stem])

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from bench_common import rendezvous
-from data_loading import MIN_SIZE, ExactDistributedSampler, MergedBatchSampler, batch_count, load_manifest, open_split
+from data_loading import MIN_SIZE, ExactDistributedSampler, MergedBatchSampler, WithBytes, batch_count, load_manifest, open_split
 from mpi4py import MPI
 from resnet_synthetic import MODELS, build_model, gpu_inventory, versions
 from torch import nn, optim
@@ -131,11 +131,16 @@ def parse_args(argv=None):
     p.add_argument("--resume", action="store_true", help="require a checkpoint in --checkpoint-dir (else an error)")
     p.add_argument("--stop-after-epochs", type=int,
                    help="end this run after so many epochs (checkpointed: run again to go on), e.g. inside a job's time limit")
+    p.add_argument("--compute-steps", type=int, default=30,
+                   help="after training, time so many steps on one batch held in memory: img/s without data "
+                        "loading, to read the epochs' img/s against (0: skip)")
     p.add_argument("--json", action="store_true", help="rank 0 ends with one JSON line with all figures")
     p.add_argument("--progress", action="store_true", help="rank 0 prints 'PROGRESS {json}' lines (deployer bench shows them)")
     args = p.parse_args(argv)
     if args.resume and not args.checkpoint_dir:
         p.error("--resume needs --checkpoint-dir")
+    if args.compute_steps < 0:
+        p.error("--compute-steps must be 0 or more")
     for flag in ("batch_size", "epochs", "stop_after_epochs"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be at least 1")
@@ -231,7 +236,7 @@ def main(argv=None) -> int:
     train_sampler = ExactDistributedSampler(train_ds, size, rank, shuffle=True, seed=args.seed)
     test_sampler = ExactDistributedSampler(test_ds, size, rank, shuffle=False)
     loader_opts = {"num_workers": workers, "pin_memory": args.cuda, "persistent_workers": workers > 0}
-    train_loader = DataLoader(train_ds, batch_sampler=MergedBatchSampler(train_sampler, args.batch_size), **loader_opts)
+    train_loader = DataLoader(WithBytes(train_ds), batch_sampler=MergedBatchSampler(train_sampler, args.batch_size), **loader_opts)
     test_loader = DataLoader(test_ds, batch_size=args.batch_size * 2, sampler=test_sampler, **loader_opts)
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
@@ -275,31 +280,68 @@ def main(argv=None) -> int:
             dist.all_reduce(t, op=op)
         return t.tolist()
 
-    def train_epoch(epoch: int) -> tuple[float, float, float]:
-        """(seconds, images, mean loss) over all ranks; the clock includes waiting for data."""
+    def train_step(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=args.amp):
+            loss = F.cross_entropy(net(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss.item()  # waits for the step: the next batch's wait is the loader's alone
+
+    def train_epoch(epoch: int) -> dict:
+        """Over all ranks: seconds (the slowest rank's; the clock includes waiting for data),
+        images, mean loss, the seconds a rank waited for the loader (mean over ranks) and the
+        dataset bytes read."""
         net.train()
         train_sampler.set_epoch(epoch)
-        seen, loss_sum, nb = 0, 0.0, len(train_loader)
-        t0 = time.perf_counter()
+        seen, loss_sum, nb, wait, nbytes = 0, 0.0, len(train_loader), 0.0, 0
+        t0 = tw = time.perf_counter()
         # every rank runs as many steps (MergedBatchSampler), so no DDP join() is needed
-        for b, (x, y) in enumerate(train_loader):
+        for b, (x, y, sizes) in enumerate(train_loader):
+            wait += time.perf_counter() - tw
+            nbytes += int(sizes.sum())
             for g in optimizer.param_groups:
                 g["lr"] = lr_at(epoch * per_epoch + b, peak=peak, warmup_steps=warm, total_steps=total)
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            optimizer.zero_grad(set_to_none=True)
-            with torch.autocast(device.type, dtype=amp_dtype, enabled=args.amp):
-                loss = F.cross_entropy(net(x), y)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+            loss = train_step(x, y)
             seen += len(y)
-            loss_sum += loss.item() * len(y)
+            loss_sum += loss * len(y)
             progress(phase="train", epoch=epoch + 1, epochs=args.epochs, batch=b + 1, batches=nb)
+            tw = time.perf_counter()
         if args.cuda:
             torch.cuda.synchronize()
         secs = time.perf_counter() - t0
-        n, loss_total = all_sum([seen, loss_sum])
-        return all_sum([secs], dist.ReduceOp.MAX)[0], n, loss_total / max(1, n)
+        n, loss_total, wait_total, bytes_total = all_sum([seen, loss_sum, wait, nbytes])
+        return {"secs": all_sum([secs], dist.ReduceOp.MAX)[0], "images": n, "loss": loss_total / max(1, n),
+                "wait_s": wait_total / size, "read_bytes": int(bytes_total)}
+
+    def compute_only(steps: int) -> float | None:
+        """img/s of the same training step (model, batch, AMP, DDP all-reduce) on one batch
+        held in memory: the figure without data loading at this N, to read the epochs'
+        img/s against. At learning rate 0, and the model's state put back afterwards
+        (BatchNorm's running statistics move in training mode), so the trained model is
+        the one checkpointed and evaluated; outside every timed epoch."""
+        if steps < 1:
+            return None
+        x, y, _ = next(iter(train_loader))
+        x, y = x.to(device), y.to(device)
+        saved = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        for g in optimizer.param_groups:
+            g["lr"] = 0.0
+        net.train()
+        for _ in range(2):  # warm-up: allocator, cuDNN autotuning, DDP buckets
+            train_step(x, y)
+        all_sum([0.0])  # start together
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            train_step(x, y)
+        if args.cuda:
+            torch.cuda.synchronize()
+        secs = all_sum([time.perf_counter() - t0], dist.ReduceOp.MAX)[0]
+        images = all_sum([len(y) * steps])[0]
+        model.load_state_dict(saved)
+        return images / secs
 
     @torch.no_grad()
     def evaluate() -> tuple[float, float, int]:
@@ -336,17 +378,22 @@ def main(argv=None) -> int:
     for epoch in range(start_epoch, args.epochs):
         if reached or (args.stop_after_epochs and ran_now >= args.stop_after_epochs):
             break
-        train_s, n, loss = train_epoch(epoch)
+        started_at = time.time()
+        tr = train_epoch(epoch)
+        train_s, n, loss = tr["secs"], tr["images"], tr["loss"]
         eval_s, top1, n_test = evaluate()
         elapsed = (history[-1]["elapsed_s"] if history else 0.0) + train_s + eval_s
         rec = {"epoch": epoch + 1, "img_per_sec": n / train_s, "train_s": train_s, "eval_s": eval_s,
                "epoch_s": train_s + eval_s, "elapsed_s": elapsed, "loss": loss, "top1": top1,
                "train_images": int(n), "test_images": n_test, "lr": optimizer.param_groups[0]["lr"],
-               "world_size": size}
+               "world_size": size, "data_wait_s": tr["wait_s"], "data_wait_frac": tr["wait_s"] / train_s,
+               "read_bytes": tr["read_bytes"], "read_mb_per_s": tr["read_bytes"] / train_s / 1e6,
+               "started_at": started_at, "ended_at": time.time()}
         history.append(rec)
         ran_now += 1
         log(f"Epoch {epoch + 1}/{args.epochs}: {rec['img_per_sec']:.1f} img/sec, {rec['epoch_s']:.1f} s "
-            f"(train {train_s:.1f} s, eval {eval_s:.1f} s), loss {loss:.3f}, top-1 {top1:.4f}")
+            f"(train {train_s:.1f} s, eval {eval_s:.1f} s), loss {loss:.3f}, top-1 {top1:.4f}; "
+            f"waited for data {100 * rec['data_wait_frac']:.0f} % of training, read {rec['read_mb_per_s']:.2f} MB/s")
         progress(force=True, phase="epoch_done", epoch=epoch + 1, epochs=args.epochs, top1=top1,
                  img_per_sec=rec["img_per_sec"], epoch_s=rec["epoch_s"])
         if top1 >= args.target_acc:
@@ -360,6 +407,9 @@ def main(argv=None) -> int:
             comm.Barrier()  # every rank goes on only once the checkpoint is whole
 
     best = max(history, key=lambda e: e["top1"], default=None)
+    compute_ips = compute_only(args.compute_steps) if ran_now else None
+    if compute_ips:
+        log(f"Without data loading (one batch held in memory, {args.compute_steps} steps): {compute_ips:.1f} img/sec")
     if reached:
         log(f"Reached top-1 {reached['top1']:.4f} (target {args.target_acc:g}) at epoch {reached['epoch']}: "
             f"{reached['elapsed_s']:.1f} s of training and evaluation")
@@ -379,6 +429,7 @@ def main(argv=None) -> int:
             "epochs_to_target": reached["epoch"] if reached else None,
             "best_top1": best["top1"] if best else None, "finished": reached is not None or len(history) >= args.epochs,
             "resumed_from_epoch": resumed_from, "setup_s": setup_s, "workers": workers, "threads": threads,
+            "compute_img_per_sec": compute_ips, "compute_steps": args.compute_steps if compute_ips else 0,
             "amp": args.amp, "history": history, "flags": flags, "versions": versions(args.cuda, hosts, impl, gpus)}))
     if ddp:
         dist.destroy_process_group()

@@ -12,6 +12,8 @@ result files. Formulas (numbers a reader can check by hand):
   time to     elapsed training + evaluation     bench --data: resnet_train.py's clock at the first
   accuracy    seconds to the target top-1        epoch whose test top-1 reaches the target
   speed-up    t_b / t_N                          time to accuracy at the smallest N b over N's
+  loading     1 - T_data / T_memory              bench --data at one N: the median epoch's img/s
+  cost                                           against the same step on a batch held in memory
 """
 
 from __future__ import annotations
@@ -158,11 +160,30 @@ def median_img_per_sec(rec: Mapping[str, Any]) -> float:
     return statistics.median(rates) if rates else 0.0
 
 
+def loading_cost(img_per_sec: float | None, compute_img_per_sec: float | None) -> float | None:
+    """The share of throughput data loading costs: 1 - (img/s reading the dataset) / (img/s of
+    the same step on a batch in memory). Near 0: the loaders keep up; below 0 is noise."""
+    if not img_per_sec or not compute_img_per_sec:
+        return None
+    return 1 - img_per_sec / compute_img_per_sec
+
+
+def _median_of(history: list[Mapping[str, Any]], key: str) -> float | None:
+    values = [e[key] for e in history if e.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
 def training_run(nodes: int, rec: Mapping[str, Any]) -> dict[str, Any]:
-    """One `training.runs` entry from resnet_train.py's --json record at N nodes."""
-    keep = ("epoch", "top1", "img_per_sec", "epoch_s", "elapsed_s", "loss", "lr")
+    """One `training.runs` entry from resnet_train.py's --json record at N nodes (and the
+    shared storage's reads the bench asked Prometheus for, rec["storage"])."""
+    keep = ("epoch", "top1", "img_per_sec", "epoch_s", "elapsed_s", "loss", "lr", "data_wait_frac", "read_mb_per_s")
     history = [{k: e.get(k) for k in keep} for e in rec.get("history") or []]
+    ips = median_img_per_sec(rec) if history else None
     return {"nodes": nodes, "ranks": rec["world_size"], "epochs": rec["epochs"], "epochs_run": rec["epochs_run"],
+            "img_per_sec": ips, "compute_img_per_sec": rec.get("compute_img_per_sec"),
+            "loading_cost": loading_cost(ips, rec.get("compute_img_per_sec")),
+            "data_wait_frac": _median_of(history, "data_wait_frac"), "read_mb_per_s": _median_of(history, "read_mb_per_s"),
+            "storage": rec.get("storage"),
             "reached": bool(rec["reached"]), "time_to_target_s": rec.get("time_to_target_s"),
             "epochs_to_target": rec.get("epochs_to_target"), "final_top1": history[-1]["top1"] if history else None,
             "best_top1": rec.get("best_top1"), "model": rec["model"], "batch_size": rec["batch_size"],
@@ -266,7 +287,7 @@ def network_summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
 CSV_FIELDS = [
     "kind", "nodes", "ranks", "img_per_sec", "img_per_sec_per_rank", "efficiency",
     "ensemble_img_per_sec", "comm_share", "bytes", "time_us", "algbw_gb_s", "busbw_gb_s", "wrong",
-    "epoch", "top1", "epoch_s", "elapsed_s", "time_to_target_s", "reached",
+    "epoch", "top1", "epoch_s", "elapsed_s", "time_to_target_s", "reached", "data_wait_frac", "read_mb_per_s",
 ]
 
 
@@ -402,7 +423,31 @@ def _plot_training(plt: Any, training: dict[str, Any], run_id: str, outdir: Path
     paths.append(outdir / "time_to_accuracy.png")
     fig.savefig(paths[-1], dpi=100)
     plt.close(fig)
+    measured = [r for r in runs if r.get("compute_img_per_sec") and r.get("img_per_sec")]
+    if measured:
+        paths.append(_plot_data_loading(plt, measured, training["dataset"], run_id, outdir / "data_loading.png"))
     return paths
+
+
+def _plot_data_loading(plt: Any, runs: list[dict[str, Any]], dataset: str, run_id: str, path: Path) -> Path:
+    """data_loading.png: img/s reading the dataset beside img/s on a batch in memory, per N;
+    the gap, written over each pair, is what data loading costs."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = range(len(runs))
+    ax.bar([x - 0.2 for x in xs], [r["img_per_sec"] for r in runs], 0.4, label="reading the dataset (median epoch)")
+    ax.bar([x + 0.2 for x in xs], [r["compute_img_per_sec"] for r in runs], 0.4, label="one batch in memory")
+    for x, r in zip(xs, runs, strict=True):
+        ax.annotate(f"cost {r['loading_cost']:+.0%}", (x, max(r["img_per_sec"], r["compute_img_per_sec"])),
+                    ha="center", va="bottom")
+    ax.set_xticks(list(xs), [f"{r['nodes']} node(s)" for r in runs])
+    ax.set_ylabel("training img/s")
+    ax.set_title(f"data loading cost — {dataset} — {run_id}")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def _plot_network(plt: Any, net: dict[str, Any], run_id: str, path: Path) -> Path:
@@ -495,6 +540,27 @@ def training_table(report: dict[str, Any]) -> Table:
     return t
 
 
+def data_loading_table(report: dict[str, Any]) -> Table:
+    """bench --data: what reading the dataset costs per N, and the shared storage's reads."""
+    runs = report["training"]["runs"]
+    notes = sorted({(r.get("storage") or {}).get("note") for r in runs} - {None})
+    t = Table(title=f"data loading — {report['training']['dataset']} — {report['run_id']}",
+              caption="\n".join(["img/s: the median epoch, reading the dataset; in memory: the same step on one batch "
+                                 "held in memory; cost: 1 - img/s / in memory (below 0: noise); waited: of the training "
+                                 "time, a rank waited for its loader; MB/s: the loaders' own count, what the NFS "
+                                 "clients pulled and the master's disk reads (node_exporter)", *notes]),
+              caption_justify="left")
+    for col in ("nodes", "img/s", "in memory", "cost", "waited", "loader MB/s", "NFS MB/s", "disk MB/s"):
+        t.add_column(col, justify="right")
+    for r in runs:
+        st = r.get("storage") or {}
+        t.add_row(str(r["nodes"]), _num(r.get("img_per_sec"), ".1f"), _num(r.get("compute_img_per_sec"), ".1f"),
+                  _num(r.get("loading_cost"), ".0%"), _num(r.get("data_wait_frac"), ".1%"),
+                  _num(r.get("read_mb_per_s"), ".3f"), _num(st.get("nfs_clients_mb_per_s"), ".2f"),
+                  _num(st.get("master_disk_mb_per_s"), ".2f"))
+    return t
+
+
 def network_table(report: dict[str, Any]) -> Table:
     """Pairwise iperf3 rates, slowest first."""
     net = report["network"]
@@ -524,9 +590,9 @@ def allreduce_table(report: dict[str, Any]) -> Table:
 
 
 def tables(report: dict[str, Any]) -> list[Table]:
-    """What `deployer bench` prints: throughput (bench --data: time to accuracy), then
-    all-reduce and the network when measured."""
-    out = [training_table(report) if report.get("training") else results_table(report)]
+    """What `deployer bench` prints: throughput (bench --data: time to accuracy and data
+    loading), then all-reduce and the network when measured."""
+    out = [training_table(report), data_loading_table(report)] if report.get("training") else [results_table(report)]
     if report.get("allreduce"):
         out.append(allreduce_table(report))
     if report.get("network"):

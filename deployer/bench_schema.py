@@ -7,7 +7,9 @@ added `network` (bench --net), `files.timeline` and `versions.kernel`; version 3
 (NVIDIA's published figure for the run's GPU) and `files.nccl_logs`; version 4
 `files.job_scripts` (bench --via slurm: the sbatch script of every run); version 5 `training`
 (bench --data: time to a target accuracy on real data, per node count) and
-`versions.dataset`; `load` reads 1 to 5.
+`versions.dataset`; version 6 the data-loading figures of each training run (img/s in
+memory, loading cost, data wait, read MB/s) and the shared storage's reads from
+node_exporter; `load` reads 1 to 6.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import RecordError
 
-SCHEMA = 5
-READABLE = (1, 2, 3, 4, 5)
+SCHEMA = 6
+READABLE = (1, 2, 3, 4, 5, 6)
 
 
 class _Model(BaseModel):
@@ -110,6 +112,17 @@ class Epoch(_Model):
     elapsed_s: float = Field(ge=0)  # the run's training + evaluation so far: the time-to-accuracy clock
     loss: float | None = None
     lr: float | None = None  # at the epoch's last step
+    data_wait_frac: float | None = Field(None, ge=0)  # of training time, a rank waited for its loader (mean of ranks)
+    read_mb_per_s: float | None = Field(None, ge=0)  # dataset bytes the loaders read / training seconds
+
+
+class StorageReads(_Model):
+    """The shared storage's reads during one run, from node_exporter (deployer/storage_reads.py)."""
+    window_s: int = Field(ge=1)  # the query's range: the run plus one scrape interval
+    run_s: float = Field(ge=0)
+    nfs_clients_mb_per_s: float | None  # None: no NFS client counters (local: a bind mount)
+    master_disk_mb_per_s: float | None
+    note: str | None  # why a figure is missing, or what it means here
 
 
 class TrainingRun(_Model):
@@ -129,6 +142,12 @@ class TrainingRun(_Model):
     base_lr: float  # per 256 images
     peak_lr: float  # base_lr * global_batch / 256
     history: list[Epoch]
+    img_per_sec: float | None = Field(None, ge=0)  # the median epoch's, data loading included
+    compute_img_per_sec: float | None = Field(None, ge=0)  # the same step on one batch in memory
+    loading_cost: float | None = None  # 1 - img_per_sec / compute_img_per_sec
+    data_wait_frac: float | None = Field(None, ge=0)  # the median epoch's
+    read_mb_per_s: float | None = Field(None, ge=0)  # the median epoch's, the loaders' own count
+    storage: StorageReads | None = None  # None: monitoring off, or no epoch run
 
 
 class Training(_Model):

@@ -21,13 +21,15 @@ line, exit 0. A run that crashes fails the sweep as a synthetic run does.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from deployer import bench, bench_report, datasets, ui
+from deployer import bench, bench_report, datasets, storage_reads, ui
 from deployer.bench_progress import RunProgress
 from deployer.errors import OperationFailed, UsageError
 from deployer.nodes import rank_nodes
@@ -40,7 +42,7 @@ NO_MANIFEST = "deployer: no dataset manifest"
 class TrainOptions:
     nodes: tuple[int, ...]
     dataset: str
-    target_acc: float
+    target_acc: float | None  # None (a dataset outside the catalog): its manifest's own target
     epochs: int | None = None  # most epochs per run; None: the dataset's default (its manifest)
     threads: int | None = None  # torch threads per rank; None: resnet_train.py sizes itself
     amp: bool = False
@@ -48,16 +50,22 @@ class TrainOptions:
     run_timeout_s: int = 3600  # wall-clock bound of one training run
     via: str = "mpirun"
     queue_timeout_s: int = 3600
+    storage_metrics: bool = True  # ask the master's Prometheus for the shared storage's reads (monitoring on)
 
 
 def make_train_options(cluster: dict[str, Any], *, data: str, target_acc: float | None = None, nodes: str | None = None,
                        epochs: int | None = None, threads: int | None = None, amp: bool | None = None,
-                       run_timeout_s: int = 3600, via: str = "mpirun", queue_timeout_s: int = 3600) -> TrainOptions:
-    """Validate `bench --data` flags before anything runs (UsageError, exit 2). target_acc None:
-    the dataset's own target; threads None: as the synthetic sweep sizes them; amp None: on
-    with GPU nodes, off on CPU-only ones."""
-    ds = datasets.resolve(data)
-    target = ds.training.target_acc if target_acc is None else datasets.target_accuracy(target_acc)
+                       run_timeout_s: int = 3600, via: str = "mpirun", queue_timeout_s: int = 3600,
+                       storage_metrics: bool = True) -> TrainOptions:
+    """Validate `bench --data` flags before anything runs (UsageError, exit 2). A name outside
+    the catalog is a dataset the user imported: its manifest on the master decides (run_train).
+    target_acc None: the dataset's own target; threads None: as the synthetic sweep sizes
+    them; amp None: on with GPU nodes, off on CPU-only ones."""
+    ds = datasets.CATALOG.get(datasets.check_name(data))
+    if target_acc is not None:
+        target: float | None = datasets.target_accuracy(target_acc)
+    else:
+        target = ds.training.target_acc if ds else None
     counts = bench.parse_node_counts(nodes, len(cluster["nodes"]))
     chosen, auto = bench.gpu_defaults(cluster, {"amp": amp})
     if epochs is not None and epochs < 1:
@@ -70,10 +78,11 @@ def make_train_options(cluster: dict[str, Any], *, data: str, target_acc: float 
         raise UsageError(f"--via {via!r}: use one of {', '.join(bench.LAUNCHERS)}")
     if queue_timeout_s < 1:
         raise UsageError("--queue-timeout must be positive")
-    return TrainOptions(nodes=counts, dataset=ds.name, target_acc=target, epochs=epochs,
+    return TrainOptions(nodes=counts, dataset=data, target_acc=target, epochs=epochs,
                         threads=threads if threads is not None else bench.threads_per_rank(cluster, counts),
                         amp=chosen["amp"], auto_flags=tuple(a for a in auto if a == "amp"),
-                        run_timeout_s=run_timeout_s, via=via, queue_timeout_s=queue_timeout_s)
+                        run_timeout_s=run_timeout_s, via=via, queue_timeout_s=queue_timeout_s,
+                        storage_metrics=storage_metrics)
 
 
 # --- the remote commands ---------------------------------------------------------------
@@ -82,16 +91,23 @@ def data_dir(cluster: dict[str, Any], name: str) -> str:
 
 
 def manifest_cmd(cluster: dict[str, Any], name: str) -> str:
-    """Print the dataset's manifest on the master, or NO_MANIFEST where there is none (exit 0
-    both ways, so a failure of the command itself stays an OperationFailed)."""
+    """Print the dataset's manifest on the master, or NO_MANIFEST and the datasets that are
+    there (exit 0 both ways, so a failure of the command itself stays an OperationFailed)."""
     path = shlex.quote(f"{data_dir(cluster, name)}/{datasets.MANIFEST}")
-    return f"if [ -f {path} ]; then cat {path}; else echo {shlex.quote(NO_MANIFEST)}; fi"
+    there = shlex.quote(datasets.dataset_dir(cluster["shared_dir"], ""))
+    return (f"if [ -f {path} ]; then cat {path}; else echo {shlex.quote(NO_MANIFEST)}; "
+            f"for m in {there}*/{datasets.MANIFEST}; do [ -f \"$m\" ] && basename \"$(dirname \"$m\")\"; done; true; fi")
 
 
 def parse_manifest(stdout: str, name: str) -> dict[str, Any]:
     text = stdout.strip()
-    if not text or text.endswith(NO_MANIFEST):
-        raise UsageError(f"dataset {name} is not on the cluster: run `deployer data fetch {name}` first")
+    if not text or NO_MANIFEST in text:
+        if name in datasets.CATALOG:
+            raise UsageError(f"dataset {name} is not on the cluster: run `deployer data fetch {name}` first")
+        there = sorted(ln.strip() for ln in text.split(NO_MANIFEST, 1)[-1].splitlines() if ln.strip())
+        raise UsageError(f"unknown dataset {name!r}: on the cluster are {', '.join(there) or 'none'}; "
+                         f"`deployer data fetch` takes {', '.join(sorted(datasets.CATALOG))}, "
+                         f"`deployer data import PATH --as {name}` your own")
     try:
         m = json.loads(text[text.index("{"):])
     except (ValueError, json.JSONDecodeError):
@@ -135,6 +151,8 @@ def run_train(runner: bench.Runner, cluster: dict[str, Any], opts: TrainOptions,
         raise OperationFailed(f"reading dataset {opts.dataset}'s manifest on the master failed (exit {rc}): "
                               f"{(err.strip().splitlines() or ['no output'])[-1]}")
     manifest = parse_manifest(out, opts.dataset)
+    if opts.target_acc is None:  # an imported dataset: its manifest's target, else resnet_train.py's own default
+        opts = dataclasses.replace(opts, target_acc=float((manifest.get("training") or {}).get("target_acc") or 0.9))
     session = bench.Session(runner, cluster, opts, run_id, outdir)
     with session.script.open("a") as f:
         f.write(manifest_cmd(cluster, opts.dataset) + "\n")
@@ -166,6 +184,8 @@ def run_train(runner: bench.Runner, cluster: dict[str, Any], opts: TrainOptions,
                     f"reported with reached=false: more --epochs or a lower --target-acc")
 
     nccl_copy = session.copy_nccl_logs()  # GPU nodes: every rank's NCCL warnings, back from the run dir
+    if opts.storage_metrics:
+        storage_during(session, cluster, runs)
     versions = {
         "benchmark": runs[0][1].get("versions", {}) if runs else {},
         "dataset": manifest_summary(manifest),
@@ -185,6 +205,32 @@ def run_train(runner: bench.Runner, cluster: dict[str, Any], opts: TrainOptions,
     bench_report.write_files(report, session.outdir)
     ui.ok(f"results in {session.outdir}")
     return report
+
+
+def epochs_run_now(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The epochs this run trained (a resumed run's history starts with the earlier ones)."""
+    return (rec.get("history") or [])[rec.get("resumed_from_epoch") or 0:]
+
+
+def storage_during(session: bench.Session, cluster: dict[str, Any], runs: list[tuple[int, dict[str, Any]]]) -> None:
+    """Each run's shared-storage reads from the master's Prometheus (storage_reads), into
+    rec["storage"]: after the sweep, once the first scrape after the last run is due."""
+    windows = {n: (e[0]["started_at"], e[-1]["ended_at"]) for n, rec in runs
+               if (e := epochs_run_now(rec)) and "started_at" in e[0]}
+    if not windows:
+        return
+    due = max(end for _, end in windows.values()) + storage_reads.SCRAPE_S + 1 - time.time()
+    if due > 0:
+        ui.info(f"  waiting {due:.0f} s for Prometheus's next scrape (the shared storage's reads during each run)")
+        time.sleep(due)
+    ip = cluster["nodes"][0]["private_ip"]
+    for n, rec in runs:
+        if n in windows:
+            out = session.remote(f"storage-{n}", storage_reads.query_cmd(ip, *windows[n]), 60, cleanup=False)
+            rec["storage"] = storage_reads.parse(out, *windows[n], cluster["shared_storage"])
+    notes = {r["storage"]["note"] for _, r in runs if r.get("storage", {}).get("note")}
+    for note in sorted(notes):
+        ui.info(f"  shared storage reads: {note}")
 
 
 def run_on_cluster(state: Any, cluster: dict[str, Any], opts: TrainOptions) -> dict[str, Any]:

@@ -238,7 +238,8 @@ def bench(
 
         topts = bench_train.make_train_options(cluster, data=data, target_acc=target_acc, nodes=nodes, epochs=epochs,
                                                threads=threads, amp=amp, run_timeout_s=timeout, via=via,
-                                               queue_timeout_s=queue_timeout)
+                                               queue_timeout_s=queue_timeout,
+                                               storage_metrics=spec is None or spec.monitoring.enabled)
         report = bench_train.run_on_cluster(st, cluster, topts)
     else:
         report = _synthetic(st, cluster, nodes=nodes, profile=profile, model=model, batch_size=batch_size,

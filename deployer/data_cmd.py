@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shlex
 import subprocess
 import tempfile
@@ -33,7 +32,6 @@ from . import datasets, ui
 from .errors import OperationFailed, UsageError
 from .remote import MasterRunner, ssh_argv
 
-NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 PROGRESS_EVERY_S = 5.0
 
 
@@ -185,8 +183,7 @@ def import_(state: Any, cluster: dict[str, Any], path: Path, name: str | None, *
             datasets.CATALOG["imagenet"], name=name, description=f"{name}: an ImageFolder tree imported by the user", classes=())
         m = datasets.imagefolder_manifest(src, base)
     name = m["name"]
-    if not re.match(NAME_PATTERN, name):
-        raise UsageError(f"dataset name {name!r}: use lower-case letters, digits, '.', '_' or '-'")
+    datasets.check_name(name)
     runner = MasterRunner(state, cluster)
     dest = datasets.dataset_dir(cluster["shared_dir"], name)
     have = on_cluster(runner, cluster, name)

@@ -28,6 +28,7 @@ import io
 import json
 import os
 import random
+import re
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -153,6 +154,16 @@ def resolve(name: str) -> Dataset:
     except KeyError:
         raise UsageError(f"unknown dataset {name!r}: use one of {', '.join(sorted(CATALOG))}, "
                          "or `deployer data import PATH` for your own") from None
+
+
+# A dataset's folder name on the shared storage (fetch, import --as, bench --data).
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
+
+def check_name(name: str) -> str:
+    if not re.match(NAME_PATTERN, name):
+        raise UsageError(f"dataset name {name!r}: use lower-case letters, digits, '.', '_' or '-'")
+    return name
 
 
 def target_accuracy(value: float) -> float:

@@ -168,13 +168,26 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
         to_target = Gauge(PREFIX + "time_to_target_seconds", "Training + evaluation seconds to the target top-1 "
                           "(bench --data; absent where it was not reached)", tr_labels, registry=reg)
         final = Gauge(PREFIX + "final_top1", "Test top-1 at the training run's last epoch (bench --data)", tr_labels, registry=reg)
+        in_memory = Gauge(PREFIX + "compute_img_per_sec", "Training img/s of the same step on one batch held in memory "
+                          "(bench --data: the figure without data loading)", tr_labels, registry=reg)
+        cost = Gauge(PREFIX + "loading_cost", "1 - img/s reading the dataset / img/s on a batch in memory "
+                     "(bench --data)", tr_labels, registry=reg)
+        reads = Gauge(PREFIX + "data_read_mb_per_s", "Shared storage reads during the training run, MB/s: source "
+                      "loader (the data loaders' own count), nfs_clients, master_disk (node_exporter)",
+                      (*tr_labels, "source"), registry=reg)
         for run in training["runs"]:
             labels = (_label(run.get("nodes")), _label(run.get("model")), _label(training.get("dataset")),
                       _label(training.get("target_acc")))
-            for gauge, key in ((to_target, "time_to_target_s"), (final, "final_top1")):
+            for gauge, key in ((to_target, "time_to_target_s"), (final, "final_top1"),
+                               (in_memory, "compute_img_per_sec"), (cost, "loading_cost")):
                 value = _number(run.get(key))
                 if value is not None:
                     gauge.labels(*labels).set(value)
+            storage = run.get("storage") or {}
+            for source, value in (("loader", run.get("read_mb_per_s")), ("nfs_clients", storage.get("nfs_clients_mb_per_s")),
+                                  ("master_disk", storage.get("master_disk_mb_per_s"))):
+                if _number(value) is not None:
+                    reads.labels(*labels, source).set(_number(value))
 
     stamp = _number(result.get("timestamp"))
     if stamp is None:

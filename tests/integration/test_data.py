@@ -89,9 +89,32 @@ def test_bench_data_reaches_the_target_at_every_node_count(local_cluster):
     for n, r in runs.items():
         assert r["reached"] and r["time_to_target_s"] > 0 and r["final_top1"] >= 0.9, (n, r)
     plots = {p.rsplit("/", 1)[-1] for p in report["files"]["plots"]}
-    assert {"accuracy.png", "time_to_accuracy.png"} <= plots, plots
+    assert {"accuracy.png", "time_to_accuracy.png", "data_loading.png"} <= plots, plots
+    for n, r in runs.items():
+        # data loading: the same step on a batch in memory beside the epochs, and the reads
+        assert r["compute_img_per_sec"] > 0 and r["loading_cost"] is not None and 0 <= r["data_wait_frac"] < 1, (n, r)
+        assert r["read_mb_per_s"] > 0, (n, r)
+        # the master's Prometheus answered: the host's disk (a bind mount: no NFS counters)
+        st = r["storage"]
+        assert st and st["master_disk_mb_per_s"] is not None and st["nfs_clients_mb_per_s"] is None, (n, st)
+        assert "not NFS" in st["note"] and st["window_s"] >= st["run_s"]
     assert all((local_cluster.state / "bench" / report["run_id"] / f).is_file() for f in ("accuracy.png", "results.json"))
     print("time to 0.9 top-1 on digits: " + ", ".join(f"{n} node(s) {r['time_to_target_s']:.1f} s" for n, r in sorted(runs.items())))
+    print("data loading cost: " + ", ".join(f"{n} node(s) {r['img_per_sec']:.1f} vs {r['compute_img_per_sec']:.1f} img/s in "
+                                            f"memory ({r['loading_cost']:+.0%})" for n, r in sorted(runs.items())))
+
+
+def test_a_dataset_imported_under_its_own_name_is_benched(local_cluster, tmp_path):
+    datasets.write_digits(tmp_path / "mine")  # a folder with a dataset.json: imported as it is, renamed
+    p = local_cluster.deployer("data", "import", str(tmp_path / "mine"), "--as", "mydigits", timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    p = local_cluster.deployer("bench", "--data", "mydigits", "--nodes", "1", "--epochs", "1", "--target-acc", "0.5",
+                               "--json", timeout=900)
+    assert p.returncode == 0, p.stderr[-4000:]
+    report = json.loads(p.stdout)
+    assert report["training"]["dataset"] == "mydigits" and report["versions"]["dataset"]["name"] == "mydigits"
+    (run,) = report["training"]["runs"]
+    assert run["epochs_run"] == 1 and run["history"][0]["top1"] > 0.1, run  # it learned: above chance
 
 
 @pytest.mark.parametrize(("args", "says"), [

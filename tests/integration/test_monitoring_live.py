@@ -4,8 +4,10 @@ Uses the `live_cluster` fixture (tests/integration/conftest.py), which yields an
 with .prometheus_url (a tunnelled or directly reachable http URL of the master's
 Prometheus) once a `deployer bench` run has completed; .bench_run_id, when it has one,
 names that run. GPU panels are skipped on clusters without dcgm-exporter targets, Slurm
-panels on clusters without Slurm (test_slurm.py runs them on its own cluster), and
-link-rate panels are xfailed when the run measured no link rate (link: null).
+panels on clusters without Slurm (test_slurm.py runs them on its own cluster), training
+panels where no `bench --data` run was pushed (test_data.py pushes one, earlier in the
+same session), the NFS series on a local cluster (a bind mount), and link-rate panels
+are xfailed when the run measured no link rate (link: null).
 """
 
 from __future__ import annotations
@@ -110,6 +112,10 @@ def test_panel_has_data(prom, run_id, has_gpus, variables, query):
         pytest.skip("CPU cluster: no dcgm-exporter targets, so the GPU dashboard is empty by design")
     if "slurm_" in query.expr and not prom.query("slurm_metrics_success"):
         pytest.skip("no Slurm on this cluster (scheduler: none): the Slurm row is empty by design (tests/integration/test_slurm.py checks it)")
+    if "$train_run" in query.expr and not prom.query("deployer_bench_final_top1"):
+        pytest.skip("no `bench --data` run pushed to this cluster's Pushgateway (test_data.py pushes one)")
+    if "node_mountstats_nfs_" in query.expr and not prom.query("node_mountstats_nfs_total_read_bytes_total"):
+        pytest.skip("no NFS client counters: a local cluster's shared dir is a bind mount (the kernel here has no NFS)")
     if "deployer_bench_link_gbit_s" in query.expr and not prom.query(f'deployer_bench_link_gbit_s{{run_id="{run_id}"}}'):
         pytest.xfail(f"run {run_id} measured no link rate (link: null)")
     expr, missing = dashboard.expand(query.expr, variables[query.dashboard])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer import bench, bench_report, bench_schema, bench_train, metrics, ui
+from deployer import bench, bench_report, bench_schema, bench_train, metrics, storage_reads, ui
 from deployer.bench_failure import untag
 from deployer.bench_progress import RunProgress
 from deployer.errors import UsageError
@@ -26,6 +26,8 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "train_digits
 MANIFEST = (FIX / "dataset.json").read_text()
 RUNS = {"train-1": (FIX / "train-1.out").read_text(), "train-2": (FIX / "train-2.out").read_text(),
         "miss-2": (FIX / "miss-2.out").read_text()}
+# What `storage_reads.query_cmd` printed on a local cluster's master (curl against its Prometheus)
+PROMETHEUS = (FIX / "storage_queries.out").read_text()
 
 
 def record(name: str) -> dict:
@@ -35,6 +37,7 @@ def record(name: str) -> dict:
 def make_cluster(shared: str) -> dict:
     node = {"gpus": 0, "public_ip": None, "role": "worker"}
     return {"name": "t", "provider": "local", "ssh_user": "deployer", "shared_dir": shared, "shared_cpus": None,
+            "shared_storage": "host_bind",
             "access": "direct", "machine": {"image": "debian-bookworm (LXC, debootstrap)", "flavor": "container"},
             "nodes": [{**node, "name": "t-master", "id": "a", "private_ip": "10.9.0.10", "role": "master"},
                       {**node, "name": "t-worker-1", "id": "b", "private_ip": "10.9.0.11"}]}
@@ -52,6 +55,8 @@ class ReplayRunner:
         self.commands.append(cmd)
         if "dataset.json" in cmd:
             return 0, self.manifest, ""
+        if "/api/v1/query" in cmd:
+            return 0, PROMETHEUS, ""
         if "resnet_train.py" not in cmd:
             return 0, "", ""
         n = int(re.search(r"ckpt-(\d+)", cmd).group(1))
@@ -81,11 +86,15 @@ def test_the_sweep_sends_the_check_the_hostfiles_and_one_training_run_per_n(clus
     shared = cluster["shared_dir"]
     assert runner.commands[0] == bench_train.manifest_cmd(cluster, "digits")
     assert runner.commands[1] == bench.hostfiles_cmd(cluster, "run1", (1, 2))
-    for cmd, n in zip(runner.commands[2:], (1, 2), strict=True):
+    for cmd, n in zip(runner.commands[2:4], (1, 2), strict=True):
         assert cmd == bench.mpirun_cmd(cluster, "run1", n, 3600, "resnet_train.py", [
             "--data", f"{shared}/datasets/digits", "--target-acc", "0.9",
             "--checkpoint-dir", f"{shared}/bench/run1/ckpt-{n}", "--json", "--progress"])
         assert f" -np {n} " in cmd
+    # then, after both runs, the shared storage's reads during each from the master's Prometheus
+    for cmd, n in zip(runner.commands[4:], (1, 2), strict=True):
+        e = record(f"train-{n}")["history"]
+        assert cmd == storage_reads.query_cmd("10.9.0.10", e[0]["started_at"], e[-1]["ended_at"])
     assert (out / "commands.sh").read_text().splitlines()[1:] == runner.commands
 
 
@@ -108,9 +117,9 @@ def test_time_to_target_per_n_and_a_valid_report_on_disk(cluster, tmp_path):
     assert two["efficiency"] == pytest.approx(two["img_per_sec"] / (2 * one["img_per_sec"]))
     assert rep["versions"]["dataset"]["name"] == "digits" and rep["versions"]["dataset"]["train_samples"] == 1437
     again = bench_schema.load(out / "results.json")
-    assert again == rep and again["schema"] == 5
+    assert again == rep and again["schema"] == 6
     assert {Path(p).name for p in rep["files"]["plots"]} == {"throughput.png", "efficiency.png", "accuracy.png",
-                                                             "time_to_accuracy.png"}
+                                                             "time_to_accuracy.png", "data_loading.png"}
     assert all(Path(p).stat().st_size > 1000 for p in rep["files"]["plots"])
     rows = list(csv.DictReader((out / "results.csv").open()))
     training = [r for r in rows if r["kind"] == "training"]
@@ -143,7 +152,7 @@ def test_a_missing_dataset_is_a_usage_error_before_anything_runs(cluster, tmp_pa
 
 
 @pytest.mark.parametrize(("flags", "msg"), [
-    ({"data": "mnist"}, "unknown dataset 'mnist': use one of cifar10, digits, imagenet"),
+    ({"data": "My Data"}, "dataset name 'My Data': use lower-case letters, digits"),
     ({"data": "digits", "target_acc": 90}, "--target-acc 90 is not a top-1 fraction"),
     ({"data": "digits", "nodes": "1,3"}, "the cluster has 2 node(s), not 3"),
     ({"data": "digits", "epochs": 0}, "--epochs must be at least 1"),
@@ -152,6 +161,68 @@ def test_a_missing_dataset_is_a_usage_error_before_anything_runs(cluster, tmp_pa
 def test_bad_flags_are_usage_errors(cluster, flags, msg):
     with pytest.raises(UsageError, match=re.escape(msg)):
         bench_train.make_train_options(cluster, **flags)
+
+
+def test_data_loading_cost_per_n_against_the_same_step_in_memory(cluster, tmp_path):
+    rep, out = sweep(cluster, ReplayRunner({1: RUNS["train-1"], 2: RUNS["train-2"]}), tmp_path)
+    for run, name in zip(rep["training"]["runs"], ("train-1", "train-2"), strict=True):
+        rec = record(name)
+        assert run["compute_img_per_sec"] == rec["compute_img_per_sec"] > 0
+        assert run["img_per_sec"] == bench_report.median_img_per_sec(rec)
+        assert run["loading_cost"] == pytest.approx(1 - run["img_per_sec"] / run["compute_img_per_sec"])
+        # every epoch read the 1,437 training records once: 65 bytes each
+        assert all(e["read_mb_per_s"] * 1e6 * h["train_s"] == pytest.approx(1437 * 65)
+                   for e, h in zip(run["history"], rec["history"], strict=True))
+        assert 0 <= run["data_wait_frac"] < 1
+    table = bench_report.tables(rep)[1]
+    cells = {c.header: list(c.cells) for c in table.columns}
+    assert table.title == "data loading — digits — run1"
+    assert cells["cost"] == [f"{r['loading_cost']:.0%}" for r in rep["training"]["runs"]]
+    assert cells["NFS MB/s"] == ["—", "—"] and all(c != "—" for c in cells["disk MB/s"])
+    assert "bind mount here, not NFS" in table.caption
+    assert (out / "data_loading.png").stat().st_size > 1000
+
+
+def test_the_shared_storage_reads_come_from_the_masters_prometheus(cluster, tmp_path):
+    rep, out = sweep(cluster, ReplayRunner({1: RUNS["train-1"], 2: RUNS["train-2"]}), tmp_path)
+    expected = storage_reads.parse(PROMETHEUS, 0, 1, "host_bind")  # the recorded answer, one second long
+    for run, name in zip(rep["training"]["runs"], ("train-1", "train-2"), strict=True):
+        e = record(name)["history"]
+        st, seconds = run["storage"], e[-1]["ended_at"] - e[0]["started_at"]
+        assert st["window_s"] == storage_reads.window(e[0]["started_at"], e[-1]["ended_at"])[0]
+        assert st["master_disk_mb_per_s"] == pytest.approx(expected["master_disk_mb_per_s"] / seconds)
+        assert st["nfs_clients_mb_per_s"] is None and "not NFS" in st["note"]
+    assert bench_schema.load(out / "results.json")["training"]["runs"][0]["storage"] == rep["training"]["runs"][0]["storage"]
+    pushed = {(s.labels["nodes"], s.labels["source"]) for f in metrics.bench_registry(rep).collect() for s in f.samples
+              if s.name == "deployer_bench_data_read_mb_per_s"}
+    assert pushed == {("1", "loader"), ("1", "master_disk"), ("2", "loader"), ("2", "master_disk")}
+
+
+def test_without_monitoring_no_prometheus_is_asked(cluster, tmp_path):
+    runner = ReplayRunner({1: RUNS["train-1"], 2: RUNS["train-2"]})
+    rep, _ = sweep(cluster, runner, tmp_path, storage_metrics=False)
+    assert not any("/api/v1/query" in c for c in runner.commands)
+    assert all(r["storage"] is None for r in rep["training"]["runs"])
+
+
+def test_a_dataset_the_user_imported_is_benched_by_its_name(cluster, tmp_path):
+    m = {**json.loads(MANIFEST), "name": "mydigits", "training": {**json.loads(MANIFEST)["training"], "target_acc": 0.8}}
+    opts = bench_train.make_train_options(cluster, data="mydigits", nodes="1")
+    assert opts.dataset == "mydigits" and opts.target_acc is None  # not known here: the manifest on the master says
+    runner = ReplayRunner({1: RUNS["train-1"]}, manifest=json.dumps(m))
+    rep = bench_train.run_train(runner, cluster, opts, "run1", tmp_path / "out")
+    assert rep["training"]["target_acc"] == 0.8 and rep["versions"]["dataset"]["name"] == "mydigits"
+    assert f"--data {cluster['shared_dir']}/datasets/mydigits --target-acc 0.8 " in runner.commands[2]
+
+
+def test_an_unknown_name_lists_what_the_cluster_has(cluster, tmp_path):
+    runner = ReplayRunner({}, manifest=f"{bench_train.NO_MANIFEST}\ndigits\npets\n")
+    opts = bench_train.make_train_options(cluster, data="mnist")
+    with pytest.raises(UsageError) as e:
+        bench_train.run_train(runner, cluster, opts, "run1", tmp_path / "out")
+    assert str(e.value) == ("unknown dataset 'mnist': on the cluster are digits, pets; `deployer data fetch` takes "
+                            "cifar10, digits, imagenet, `deployer data import PATH --as mnist` your own")
+    assert runner.commands == [bench_train.manifest_cmd(cluster, "mnist")] and not (tmp_path / "out").exists()
 
 
 def test_defaults_the_dataset_target_and_the_synthetic_sweeps_thread_rule(cluster):
@@ -167,7 +238,7 @@ def test_under_slurm_each_training_run_is_a_job_script(cluster, tmp_path):
     runner = ReplayRunner({1: RUNS["train-1"], 2: RUNS["train-2"]}, slurm=True)
     rep, out = sweep(cluster, runner, tmp_path, via="slurm")
     assert [Path(p).name for p in rep["files"]["job_scripts"]] == ["train-1.sbatch", "train-2.sbatch"]
-    for path, cmd, n in zip(rep["files"]["job_scripts"], runner.commands[2:], (1, 2), strict=True):
+    for path, cmd, n in zip(rep["files"]["job_scripts"], runner.commands[2:4], (1, 2), strict=True):
         text = Path(path).read_text()
         assert f"#SBATCH --nodes={n}" in text.splitlines() and "#SBATCH --job-name=deployer-bench-run1" in text
         srun = text.splitlines()[-1]

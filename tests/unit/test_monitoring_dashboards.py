@@ -118,11 +118,14 @@ def test_benchmark_dashboard_reads_only_series_metrics_py_pushes():
     sample = {"run_id": "r", "results": [{"nodes": 1, "ranks": 1, "img_per_sec": 1, "img_per_sec_per_rank": 1, "efficiency": 1}],
               "allreduce": [{"nodes": 2, "bytes": 8, "time_us": 1, "algbw_gb_s": 1, "busbw_gb_s": 1, "wrong": 0}],
               "link": {"tool": "iperf3", "gbit_s": 1}, "versions": {"model": "resnet50", "mode": "data-parallel"}}
-    pushed = {m.name for m in metrics.bench_registry(sample).collect()}
+    training = {"run_id": "t", "results": [], "allreduce": [], "training": {"dataset": "digits", "target_acc": 0.9, "runs": [
+        {"nodes": 1, "model": "resnet18", "time_to_target_s": 9, "final_top1": 0.91, "compute_img_per_sec": 200,
+         "loading_cost": 0.1, "read_mb_per_s": 0.01, "storage": {"nfs_clients_mb_per_s": 1, "master_disk_mb_per_s": 0}}]}}
+    pushed = {m.name for r in (sample, training) for m in metrics.bench_registry(r).collect()}
     used = set()
     for path in DASHBOARDS:
         text = path.read_text()
-        used |= set(re.findall(r"deployer_bench_[a-z_]+", text))
+        used |= set(re.findall(r"deployer_bench_[a-z0-9_]+", text))
     assert used, "the benchmarks dashboard reads deployer_bench_* series"
     assert used <= pushed, f"dashboards read series nothing pushes: {sorted(used - pushed)}"
     bench = " ".join(q.expr for q in dashboard.panel_queries(load(GRAFANA / "dashboards" / "benchmarks.json")))

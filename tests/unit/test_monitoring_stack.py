@@ -60,6 +60,22 @@ RESULT = {
 }
 
 
+# older than RESULT's: Grafana's $run_id (newest first) stays on the synthetic run, $train_run takes this
+TRAINING_RUN = "20241231T120000Z"
+
+
+def training_result(tmp: Path) -> dict:
+    """A `bench --data` report as the sweep makes it: recorded resnet_train.py output and
+    Prometheus answers replayed (tests/unit/test_bench_train.py)."""
+    from deployer import bench_train
+    from tests.unit.test_bench_train import RUNS, ReplayRunner, make_cluster
+
+    cluster = make_cluster(str(tmp / "shared"))
+    opts = bench_train.make_train_options(cluster, data="digits", target_acc=0.9, nodes="1,2")
+    return bench_train.run_train(ReplayRunner({1: RUNS["train-1"], 2: RUNS["train-2"]}), cluster, opts,
+                                 TRAINING_RUN, tmp / "train")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -143,6 +159,7 @@ def stack(tmp_path_factory):
         wait_ready(f"{prom}/-/ready", procs["prometheus"], "prometheus")
 
         metrics.push_bench_results(metrics.gateway_url("127.0.0.1", ports["pushgateway"]), RESULT)
+        metrics.push_bench_results(metrics.gateway_url("127.0.0.1", ports["pushgateway"]), training_result(tmp))
         api = dashboard.PrometheusAPI(prom)
         deadline = time.monotonic() + 60
         while True:  # until every target is up, the pushed run is scraped and rates have two samples
@@ -182,8 +199,9 @@ def test_rules_are_loaded(stack):
 
 def test_pushed_series_keep_job_and_run_id(stack):
     rows = dashboard.PrometheusAPI(stack).query("deployer_bench_img_per_sec")
-    assert {(r["metric"]["job"], r["metric"]["run_id"], r["metric"]["nodes"]) for r in rows} == {
-        ("deployer_bench", RESULT["run_id"], "1"), ("deployer_bench", RESULT["run_id"], "2")}
+    assert {(r["metric"]["job"], r["metric"]["run_id"], r["metric"]["nodes"], r["metric"]["mode"]) for r in rows} == {
+        ("deployer_bench", RESULT["run_id"], "1", "data-parallel"), ("deployer_bench", RESULT["run_id"], "2", "data-parallel"),
+        ("deployer_bench", TRAINING_RUN, "1", "train"), ("deployer_bench", TRAINING_RUN, "2", "train")}
 
 
 def test_every_panel_query_is_valid_promql(stack):
@@ -196,7 +214,9 @@ def test_every_panel_query_is_valid_promql(stack):
 
 # Panels of services this stand-in does not run; test_monitoring_live checks them
 # against the real JupyterLab on the local cluster's master.
-NOT_IN_THIS_STACK = ('job="jupyterlab"',)
+# node_mountstats_nfs_*: no NFS mount on this machine (its kernel has no NFS client); the
+# panel's query is checked as valid PromQL above, and storage_reads on a real cluster.
+NOT_IN_THIS_STACK = ('job="jupyterlab"', "node_mountstats_nfs_")
 
 
 def test_cluster_and_benchmark_panels_have_data(stack):
@@ -212,3 +232,24 @@ def test_gpu_panels_are_empty_on_a_cpu_node(stack):
     assert panels and not any(c.has_data for c in panels)
     # The benchmark-run markers show on every dashboard, the GPU one included.
     assert all(c.has_data for c in checks if c.query.panel.startswith("annotation:"))
+
+
+def test_the_bench_reads_the_shared_storage_throughput_from_this_prometheus(stack):
+    """storage_reads' command run here (curl against the real Prometheus, as on the master):
+    the master's disk counter answers with a figure; NFS has no series, and the note says why."""
+    from deployer import storage_reads
+
+    port = int(stack.rsplit(":", 1)[1])
+    end = time.time() - 1
+    cmd = storage_reads.query_cmd("127.0.0.1", end - 20, end, port=port)
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = storage_reads.parse(r.stdout, end - 20, end, "host_bind")
+    assert got["master_disk_mb_per_s"] is not None and got["master_disk_mb_per_s"] >= 0, (r.stdout, got)
+    assert got["nfs_clients_mb_per_s"] is None and "bind mount here, not NFS" in got["note"]
+    assert got["window_s"] == 20 + storage_reads.SCRAPE_S and got["run_s"] == 20
+    # nothing listening: a note, not a failure of the bench
+    dead = storage_reads.query_cmd("127.0.0.1", end - 20, end, port=free_port())
+    r = subprocess.run(["bash", "-c", dead], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    assert "did not answer" in storage_reads.parse(r.stdout, end - 20, end, "host_bind")["note"]

@@ -142,9 +142,10 @@ def test_a_stopped_run_resumes_where_it_stopped(tmp_path):
     # of one), rank 1 has 50; 40 test images
     data = small_digits(tmp_path, 101, 40)
     common = ["--data", str(data), "--epochs", "3", "--batch-size", "25", "--workers", "0", "--target-acc", "1", "--json"]
-    whole = train(2, *common, "--checkpoint-dir", str(tmp_path / "whole"))
+    whole = train(2, *common, "--checkpoint-dir", str(tmp_path / "whole"), "--compute-steps", "0")
     assert whole.returncode == 0, whole.stderr[-3000:]
     a = last_json(whole.stdout)
+    assert a["compute_img_per_sec"] is None and a["compute_steps"] == 0 and "Without data loading" not in whole.stdout
     assert [e["epoch"] for e in a["history"]] == [1, 2, 3] and a["reached"] is False
     assert all(e["train_images"] == 101 and e["test_images"] == 40 for e in a["history"])  # each image once
 
@@ -200,6 +201,11 @@ def test_two_ranks_train_digits_to_90_percent(tmp_path):
     assert r["history"][-1]["top1"] >= 0.9 and r["time_to_target_s"] == r["history"][-1]["elapsed_s"]
     assert r["epochs_to_target"] == len(r["history"]) <= 8
     assert all(e["train_images"] == 1437 and e["test_images"] == 360 and e["img_per_sec"] > 0 for e in r["history"])
+    # every training record read once per epoch (1 label byte + 64 pixels), waits within the epoch
+    assert all(e["read_bytes"] == 1437 * 65 and 0 <= e["data_wait_s"] < e["train_s"] for e in r["history"])
+    assert all(e["started_at"] < e["ended_at"] for e in r["history"])
+    assert r["compute_steps"] == 30 and r["compute_img_per_sec"] > 0
+    assert f"Without data loading (one batch held in memory, 30 steps): {r['compute_img_per_sec']:.1f} img/sec" in p.stdout
     assert r["versions"]["world_size"] == 2 and r["versions"]["mpi"].startswith("Open MPI")
     assert f"Reached top-1 {r['history'][-1]['top1']:.4f} (target 0.9) at epoch {r['epochs_to_target']}" in p.stdout
     events = [json.loads(ln[len("PROGRESS "):]) for ln in p.stdout.splitlines() if ln.startswith("PROGRESS ")]
