@@ -236,3 +236,21 @@ def test_dcgm_exporter_unit_publishes_on_the_private_address_only(tmp_path):
     assert "--publish 10.77.0.12:9400:9400" in execstart and "--gpus all" in execstart
     assert execstart.rstrip().endswith("-ubuntu22.04"), "no collectors flag by default"
     assert "ExecStop=" in unit and "Requires=docker.service" in unit
+
+
+@pytest.mark.parametrize(("storage", "mountstats"), [("nfs", True), ("host_bind", False)])
+def test_node_exporter_reads_nfs_client_counters_where_the_shared_dir_is_nfs(tmp_path, storage, mountstats):
+    if ANSIBLE_PLAYBOOK is None:
+        pytest.skip("ansible-playbook not installed (pip install ansible-core)")
+    inv = inventory(tmp_path, gpu_hosts=())
+    out = tmp_path / "prometheus-node-exporter"
+    play = [{"hosts": "demo-worker-1", "gather_facts": False,
+             "vars_files": [str(ROLES_DIR / "node_exporter" / "defaults" / "main.yml")],
+             "tasks": [{"ansible.builtin.template": {
+                 "src": str(ROLES_DIR / "node_exporter/templates/prometheus-node-exporter.default.j2"),
+                 "dest": str(out), "mode": "0644"}}]}]
+    r = run_playbook(play, inv, tmp_path, "-e", json.dumps({"ansible_connection": "local", "deployer_shared_storage": storage,
+                                                             "ansible_python_interpreter": sys.executable}))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (args,) = [ln for ln in out.read_text().splitlines() if ln.startswith("ARGS=")]
+    assert ("--collector.mountstats" in args.removeprefix("ARGS=").strip("\"").split()) is mountstats, args
