@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import timeit
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -155,6 +156,38 @@ def gpu_inventory(cuda: bool) -> tuple[int, str | None]:
     return torch.cuda.device_count(), torch.cuda.get_device_name(torch.cuda.current_device())
 
 
+class Placement(NamedTuple):
+    """Where this rank runs: its place in the job and on its node, its device, every rank's
+    hostname and GPU view (rank order), and the cores it may use."""
+    comm: Any
+    rank: int
+    size: int
+    local_rank: int
+    hosts: list[str]
+    cuda: bool
+    device: torch.device
+    gpus: list[tuple[int, str | None]]
+    cores: int
+
+
+def place_rank(no_cuda: bool) -> Placement:
+    """Rank, node-local rank and device from MPI, the same way in every benchmark script
+    (resnet_train.py imports it): a GPU per local rank where torch sees GPUs."""
+    comm = MPI.COMM_WORLD
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    hosts = comm.allgather(socket.gethostname())
+    cuda = not no_cuda and torch.cuda.is_available()
+    device = torch.device("cuda", local.rank % max(1, torch.cuda.device_count())) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+    gpus = comm.allgather(gpu_inventory(cuda))  # after set_device: each rank asks about its own GPU
+    # why: N ranks on one host each defaulting to all cores oversubscribe the CPU;
+    # mpirun may also bind a rank to fewer cores than that (then respect the binding).
+    cores = min(len(os.sched_getaffinity(0)), max(1, (os.cpu_count() or 1) // local.size))
+    return Placement(comm, comm.rank, comm.size, local.rank, hosts, cuda, device, gpus, cores)
+
+
 def versions(cuda: bool, hosts: list[str], impl: str, gpus: list[tuple[int, str | None]] | None = None) -> dict:
     """The software and hardware record; `gpus`: every rank's gpu_inventory(), in rank order."""
     v = {"python": platform.python_version(), "kernel": platform.release(), "torch": torch.__version__, "model_impl": impl,
@@ -176,20 +209,7 @@ def versions(cuda: bool, hosts: list[str], impl: str, gpus: list[tuple[int, str 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    comm = MPI.COMM_WORLD
-    rank, size = comm.rank, comm.size
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    local_rank, local_size = local.rank, local.size
-    hosts = comm.allgather(socket.gethostname())
-    args.cuda = not args.no_cuda and torch.cuda.is_available()
-    device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count())) if args.cuda else torch.device("cpu")
-    if args.cuda:
-        torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True
-    gpus = comm.allgather(gpu_inventory(args.cuda))  # after set_device: each rank asks about its own GPU
-    # why: N ranks on one host each defaulting to all cores oversubscribe the CPU;
-    # mpirun may also bind a rank to fewer cores than that (then respect the binding).
-    cores = min(len(os.sched_getaffinity(0)), max(1, (os.cpu_count() or 1) // local_size))
+    comm, rank, size, local_rank, hosts, args.cuda, device, gpus, cores = place_rank(args.no_cuda)
     torch.set_num_threads(args.threads or max(1, cores))
 
     dp = args.mode == "dp" and size > 1

@@ -24,7 +24,6 @@ import datetime
 import json
 import math
 import os
-import socket
 import sys
 import time
 
@@ -33,8 +32,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from bench_common import rendezvous
 from data_loading import MIN_SIZE, ExactDistributedSampler, MergedBatchSampler, WithBytes, batch_count, load_manifest, open_split
-from mpi4py import MPI
-from resnet_synthetic import MODELS, build_model, gpu_inventory, versions
+from resnet_synthetic import MODELS, build_model, place_rank, versions
 from torch import nn, optim
 from torch.utils.data import DataLoader
 
@@ -196,19 +194,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     manifest = load_manifest(args.data)
     with_defaults(args, manifest)
-    comm = MPI.COMM_WORLD
-    rank, size = comm.rank, comm.size
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    local_rank, local_size = local.rank, local.size
-    hosts = comm.allgather(socket.gethostname())
-    args.cuda = not args.no_cuda and torch.cuda.is_available()
-    device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count())) if args.cuda else torch.device("cpu")
-    if args.cuda:
-        torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True
-    gpus = comm.allgather(gpu_inventory(args.cuda))
-    # why: the node's cores are shared by its ranks (and mpirun may bind a rank to fewer)
-    cores = min(len(os.sched_getaffinity(0)), max(1, (os.cpu_count() or 1) // local_size))
+    comm, rank, size, _, hosts, args.cuda, device, gpus, cores = place_rank(args.no_cuda)
     workers, threads = cpu_split(cores, args.cuda, args.workers, args.threads)
     torch.set_num_threads(threads)
     if size > 1:

@@ -156,8 +156,7 @@ def aggregate(
 def median_img_per_sec(rec: Mapping[str, Any]) -> float:
     """A training run's throughput: the median epoch's training img/s, data loading included
     (the median, so the first epoch's start-up and one slow epoch do not move it)."""
-    rates = [e["img_per_sec"] for e in rec.get("history") or []]
-    return statistics.median(rates) if rates else 0.0
+    return _median_of(rec.get("history") or [], "img_per_sec") or 0.0
 
 
 def loading_cost(img_per_sec: float | None, compute_img_per_sec: float | None) -> float | None:
@@ -345,10 +344,7 @@ def plot(report: dict[str, Any], outdir: Path) -> list[Path]:
             ax.set_title(f"{rows[0].get('model') or ''} {rows[0].get('mode') or ''} — {report['run_id']}".strip())
             ax.grid(alpha=0.3)
             ax.legend()
-            fig.tight_layout()
-            paths.append(outdir / name)
-            fig.savefig(paths[-1], dpi=100)
-            plt.close(fig)
+            paths.append(_save(plt, fig, outdir / name))
     ar = report["allreduce"]
     if ar:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -367,16 +363,21 @@ def plot(report: dict[str, Any], outdir: Path) -> list[Path]:
         ax.set_title(f"all-reduce — {report['run_id']}")
         ax.grid(alpha=0.3)
         ax.legend()
-        fig.tight_layout()
-        paths.append(outdir / "busbw.png")
-        fig.savefig(paths[-1], dpi=100)
-        plt.close(fig)
+        paths.append(_save(plt, fig, outdir / "busbw.png"))
     net = report.get("network")
     if net and net["pairs"]:
         paths.append(_plot_network(plt, net, report["run_id"], outdir / "network.png"))
     if report.get("training") and report["training"]["runs"]:
         paths += _plot_training(plt, report["training"], report["run_id"], outdir)
     return paths
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    """Every plot's last step: laid out, written at 100 dpi, its figure freed."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def _plot_training(plt: Any, training: dict[str, Any], run_id: str, outdir: Path) -> list[Path]:
@@ -396,10 +397,7 @@ def _plot_training(plt: Any, training: dict[str, Any], run_id: str, outdir: Path
     ax.set_title(f"{training['dataset']} {runs[0]['model']} — {run_id}")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    paths = [outdir / "accuracy.png"]
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths = [_save(plt, fig, outdir / "accuracy.png")]
 
     fig, ax = plt.subplots(figsize=(6, 4))
     nodes = [r["nodes"] for r in runs]
@@ -419,10 +417,7 @@ def _plot_training(plt: Any, training: dict[str, Any], run_id: str, outdir: Path
     ax.set_title(f"time to accuracy — {training['dataset']} — {run_id}")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    paths.append(outdir / "time_to_accuracy.png")
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(_save(plt, fig, outdir / "time_to_accuracy.png"))
     measured = [r for r in runs if r.get("compute_img_per_sec") and r.get("img_per_sec")]
     if measured:
         paths.append(_plot_data_loading(plt, measured, training["dataset"], run_id, outdir / "data_loading.png"))
@@ -444,10 +439,7 @@ def _plot_data_loading(plt: Any, runs: list[dict[str, Any]], dataset: str, run_i
     ax.set_title(f"data loading cost — {dataset} — {run_id}")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def _plot_network(plt: Any, net: dict[str, Any], run_id: str, path: Path) -> Path:
@@ -473,10 +465,7 @@ def _plot_network(plt: Any, net: dict[str, Any], run_id: str, path: Path) -> Pat
             ax.text(idx[p["dst"]], idx[p["src"]], f"{p['gbit_s']:.1f}", ha="center", va="center", color="white")
     fig.colorbar(im, ax=ax, label="Gbit/s (iperf3)")
     ax.set_title(f"node to node — {run_id}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def _num(x: float | None, fmt: str) -> str:
