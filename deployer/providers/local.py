@@ -105,7 +105,12 @@ class LocalProvider:
         if not lxc.image_current():
             from .. import ui
 
-            with ui.status(f"building the Debian {lxc.SUITE} base image with debootstrap (once, about a minute)"):
+            with ui.status(f"building the Debian {lxc.SUITE} base image with debootstrap (once, about two minutes)"):
+                lxc.ensure_base_image()
+        elif lxc.lists_age_s(lxc.base_rootfs()) > lxc.LISTS_MAX_AGE_S:
+            from .. import ui
+
+            with ui.status("refreshing the base image's package lists (once for every node: they skip their own apt update)"):
                 lxc.ensure_base_image()
         state.shared_host_dir.mkdir(parents=True, exist_ok=True)
 

@@ -8,7 +8,7 @@
     python -m deployer.providers.lxc base-image
 
 Each node is a Debian system container (its own systemd, sshd, hostname, static IP)
-cloned from a base image built once with debootstrap. It boots as a cloud VM does:
+on an overlay of a base image built once with debootstrap (made in a moment, whatever N). It boots as a cloud VM does:
 the image has Debian's cloud-init, and the node's user-data (deployer/boot.py, the
 same text OpenStack hands to Nova) goes in as a NoCloud seed, so cloud-init creates
 the user, installs its key and the node's pinned host key. The driver itself writes
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import ipaddress
 import json
 import os
@@ -32,8 +33,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -57,10 +59,32 @@ BASE_PACKAGES = [
 PREBAKED_PACKAGES = [
     "openssh-client", "rsync", "iperf3", "curl", "psmisc", "pciutils", "python3-venv",
     "python3-packaging", "openmpi-bin",
+    # The mpi role's master-only headers: they cost a fresh master ~25 s of dpkg.
+    "libopenmpi-dev",
     # The cloud's boot path: the node's user-data arrives as a NoCloud seed.
     "cloud-init",
 ]
-IMAGE_STAMP = json.dumps({"suite": SUITE, "packages": BASE_PACKAGES + PREBAKED_PACKAGES})
+# Clones use the host's package sources (_carry_apt), so the image's package lists are
+# made from those sources: a node finds lists that match them. Throwaway containers
+# skip dpkg's fsync per file (as eatmydata would) and the lists' translations.
+IMAGE_APT_CONF = {
+    "dpkg/dpkg.cfg.d/90-deployer-unsafe-io": "force-unsafe-io\n",
+    "apt/apt.conf.d/90-deployer-no-translations": 'Acquire::Languages "none";\n',
+}
+# The lists are refreshed once on the host when older than this, before cloning, so N
+# nodes do not fetch and parse the same lists N times. Below the common role's
+# cache_valid_time (an hour): the nodes find them fresh and skip their own update.
+LISTS_MAX_AGE_S = 1800
+APT_STAMP = "var/lib/apt/periodic/update-success-stamp"
+
+
+def _host_sources_digest() -> str:
+    src = Path("/etc/apt")
+    texts = [p.read_text() for p in [src / "sources.list", *sorted((src / "sources.list.d").glob("*"))] if p.is_file()]
+    return hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+
+
+IMAGE_STAMP = json.dumps({"suite": SUITE, "packages": BASE_PACKAGES + PREBAKED_PACKAGES, "apt": IMAGE_APT_CONF})
 # What the minimal image needs for cloud-init to finish without errors: a datasource
 # list (NoCloud only; no metadata-service probing), no network configuration (the
 # driver owns eth0) and a locale that exists without locale-gen.
@@ -99,42 +123,116 @@ def sh(*args: str, check: bool = True, quiet: bool = False) -> subprocess.Comple
 
 
 @contextmanager
-def file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path, shared: bool = False) -> Iterator[None]:
+    """Exclusive while the image is built or refreshed; shared while a node is cloned from it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)  # waits: parallel node-ups share one image build
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)  # waits: parallel node-ups share one image build
         yield
 
 
 # -- base image -------------------------------------------------------------------
+# Versions live side by side under IMAGE_ROOT/SUITE (v<time>/rootfs), `current` names the
+# newest. A node is an overlay on one version (its writes in its own upper dir), as a
+# cloud server is a copy-on-write disk on its image: made in no time, whatever N. So a
+# version is never changed in place: a rebuild or a refresh of the package lists makes
+# a new one, and a version goes only when no container's config names it any more.
+def image_dir() -> Path:
+    return IMAGE_ROOT / SUITE
+
+
 def base_rootfs() -> Path:
-    return IMAGE_ROOT / SUITE / "rootfs"
+    return image_dir() / "current" / "rootfs"
+
+
+def image_lock() -> Path:
+    return IMAGE_ROOT / f"{SUITE}.lock"
 
 
 def ensure_base_image() -> Path:
-    """Build the Debian base rootfs once (about a minute), then reuse it for every node."""
-    rootfs = base_rootfs()
-    with file_lock(IMAGE_ROOT / f"{SUITE}.lock"):
-        if image_current():
-            return rootfs
-        staging = Path(tempfile.mkdtemp(prefix=f"{SUITE}-", dir=IMAGE_ROOT))
-        try:
+    """Build the Debian base image once (about two minutes); refresh its package lists
+    once for all nodes when they are older than LISTS_MAX_AGE_S. Returns the current
+    version's rootfs (a real path, not through `current`)."""
+    with file_lock(image_lock()):
+        if not image_current():
             log(f"building the {SUITE} base image with debootstrap (once; cached in {IMAGE_ROOT})")
-            proc = subprocess.run(
-                ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(staging / "rootfs"), MIRROR],
-                text=True, capture_output=True,
-            )
-            if proc.returncode != 0:
-                tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-                raise DriverError(f"[lxc] debootstrap failed:\n{tail}")
-            _finish_image(staging / "rootfs")
-            if rootfs.exists():
-                shutil.rmtree(rootfs.parent)
-            rootfs.parent.mkdir(parents=True, exist_ok=True)
-            (staging / "rootfs").rename(rootfs)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        return rootfs
+            _new_version(_build)
+        elif lists_age_s(base_rootfs()) > LISTS_MAX_AGE_S:
+            log(f"refreshing the base image's package lists (older than {LISTS_MAX_AGE_S // 60} min; once for every node)")
+            _new_version(_refreshed_copy)
+        _remove_unused_versions()
+        return base_rootfs().resolve()
+
+
+def _new_version(make: Callable[[Path], None]) -> None:
+    d = image_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=d))
+    staging.chmod(0o755)
+    try:
+        make(staging / "rootfs")
+        version = d / f"v{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        staging.rename(version)
+        link = d / ".current.tmp"
+        link.unlink(missing_ok=True)
+        link.symlink_to(version.name)
+        link.replace(d / "current")  # atomic: a reader sees the old version or the new
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _build(rootfs: Path) -> None:
+    proc = subprocess.run(
+        ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(rootfs), MIRROR],
+        text=True, capture_output=True,
+    )
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise DriverError(f"[lxc] debootstrap failed:\n{tail}")
+    _finish_image(rootfs)
+
+
+def _refreshed_copy(rootfs: Path) -> None:
+    sh("cp", "-a", "--reflink=auto", str(base_rootfs().resolve()), str(rootfs))
+    _refresh_lists(rootfs)
+
+
+def _remove_unused_versions() -> None:
+    """Every entry under the image dir but the current version and those a container
+    still stands on (its config names the version's rootfs as its lower layer)."""
+    d = image_dir()
+    keep = {(d / "current").resolve().name, "current"}
+    configs = " ".join(c.read_text(errors="replace") for c in LXC_PATH.glob("*/config"))
+    for entry in d.iterdir():
+        if entry.name not in keep and str(entry / "rootfs") not in configs:
+            log(f"removing the unused image {entry.name}")
+            shutil.rmtree(entry, ignore_errors=True)
+            if entry.is_symlink() or entry.is_file():
+                entry.unlink(missing_ok=True)
+
+
+def lists_age_s(rootfs: Path) -> float:
+    stamp = rootfs / APT_STAMP
+    return time.time() - stamp.stat().st_mtime if stamp.exists() else float("inf")
+
+
+def _chroot_apt(rootfs: Path, *cmds: list[str], what: str) -> None:
+    env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+    for cmd in cmds:
+        proc = subprocess.run(["chroot", str(rootfs), *cmd], text=True, capture_output=True, env=env)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
+            raise DriverError(f"[lxc] {what} failed:\n{tail}")
+
+
+def _refresh_lists(rootfs: Path) -> None:
+    """apt-get update once in the image, stamped as apt's own daily job stamps it
+    (the Ansible apt module reads that stamp for cache_valid_time)."""
+    shutil.copy2("/etc/resolv.conf", rootfs / "etc/resolv.conf")
+    _chroot_apt(rootfs, ["apt-get", "update", "-qq"], what="refreshing the base image's package lists")
+    stamp = rootfs / APT_STAMP
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.touch()
 
 
 def _prebake(rootfs: Path) -> None:
@@ -144,13 +242,15 @@ def _prebake(rootfs: Path) -> None:
     policy.write_text("#!/bin/sh\nexit 101\n")  # invoke-rc.d: start nothing in the chroot
     policy.chmod(0o755)
     shutil.copy2("/etc/resolv.conf", rootfs / "etc/resolv.conf")
-    env = {"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PREBAKED_PACKAGES]):
-        proc = subprocess.run(["chroot", str(rootfs), *cmd], text=True, capture_output=True, env=env)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
-            raise DriverError(f"[lxc] pre-baking packages into the base image failed:\n{tail}")
+    for rel, text in IMAGE_APT_CONF.items():
+        (rootfs / "etc" / rel).write_text(text)
+    _carry_apt(rootfs)
+    _carry_ca(rootfs)
+    _chroot_apt(rootfs, ["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PREBAKED_PACKAGES],
+                what="pre-baking packages into the base image")
     policy.unlink()
+    (rootfs / APT_STAMP).parent.mkdir(parents=True, exist_ok=True)
+    (rootfs / APT_STAMP).touch()
 
 
 def _finish_image(rootfs: Path) -> None:
@@ -173,13 +273,18 @@ def _finish_image(rootfs: Path) -> None:
         link.unlink(missing_ok=True)
         link.symlink_to("/dev/null")
     subprocess.run(["chroot", str(rootfs), "apt-get", "clean"], check=False)
-    (rootfs / ".deployer-image-ok").write_text(IMAGE_STAMP)
+    (rootfs / ".deployer-image-ok").write_text(_image_stamp())
 
 
 def image_current() -> bool:
     """The cached image exists and was built from today's package lists."""
     stamp = base_rootfs() / ".deployer-image-ok"
-    return stamp.exists() and stamp.read_text() == IMAGE_STAMP
+    return stamp.exists() and stamp.read_text() == _image_stamp()
+
+
+def _image_stamp() -> str:
+    """What the image was built from: packages, apt settings and the host's sources."""
+    return IMAGE_STAMP + _host_sources_digest()
 
 
 # -- what the nodes take over from the host ------------------------------------------
@@ -330,9 +435,10 @@ def parse_containers(every: str, running: str, cluster: str) -> dict[str, str]:
 
 def instance_id(name: str) -> str | None:
     """The id the driver gave the container when it made it (its cloud-init instance-id)."""
-    try:
-        text = (LXC_PATH / name / "rootfs/var/lib/cloud/seed/nocloud/meta-data").read_text()
-    except OSError:
+    meta = "var/lib/cloud/seed/nocloud/meta-data"
+    try:  # an overlay node keeps it in its upper dir; a node made before overlays, in its rootfs
+        text = next((d / meta).read_text() for d in (LXC_PATH / name / "upper", LXC_PATH / name / "rootfs") if (d / meta).exists())
+    except (OSError, StopIteration):
         return None
     for line in text.splitlines():
         if line.startswith("instance-id:"):
@@ -355,13 +461,14 @@ def stable_mac(ip: str) -> str:
     return "02:d5:" + ":".join(f"{b:02x}" for b in octets)
 
 
-def _write_config(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, mounts: list[Path]) -> None:
+def _write_config(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, mounts: list[Path], lower: Path) -> None:
     host_shared, guest_shared = shared.split(":", 1)
     lines = [
         "# Written by deployer (providers/lxc.py). A Debian system container with its own systemd.",
         "lxc.include = /usr/share/lxc/config/common.conf",
         "lxc.arch = linux64",
-        f"lxc.rootfs.path = dir:{LXC_PATH / name / 'rootfs'}",
+        # The image version below, this node's own writes above (see ensure_base_image).
+        f"lxc.rootfs.path = overlay:{lower}:{LXC_PATH / name / 'upper'}",
         f"lxc.uts.name = {name}",
         "lxc.net.0.type = veth",
         f"lxc.net.0.link = {bridge}",
@@ -381,6 +488,24 @@ def _write_config(name: str, ip: str, gateway: str, bridge: str, shared: str, me
     for m in mounts:  # the host's local package folders, read-only
         lines.append(f"lxc.mount.entry = {m} {str(m).lstrip('/')} none bind,ro,create=dir 0 0")
     (LXC_PATH / name / "config").write_text("\n".join(lines) + "\n")
+
+
+@contextmanager
+def _mounted(name: str, lower: Path) -> Iterator[None]:
+    """The node's overlay mounted on the host for a moment, so its first files go in
+    with the image's own directories' owners and modes; LXC mounts it again at start."""
+    d = LXC_PATH / name
+    sh("mount", "-t", "overlay", "overlay", "-o", f"lowerdir={lower},upperdir={d / 'upper'},workdir={d / 'work'}", str(d / "rootfs"))
+    try:
+        yield
+    finally:
+        _unmount(name)
+
+
+def _unmount(name: str) -> None:
+    rootfs = LXC_PATH / name / "rootfs"
+    if any(line.split()[1] == str(rootfs) for line in Path("/proc/mounts").read_text().splitlines() if len(line.split()) > 1):
+        sh("umount", str(rootfs), check=False)
 
 
 def _customise(rootfs: Path, pip_conf: str) -> None:
@@ -410,21 +535,24 @@ def node_up(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_m
     SSH with the pinned key and for cloud-init before it configures anything."""
     address = ipaddress.IPv4Interface(ip)
     Path(shared.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
-    rootfs = LXC_PATH / name / "rootfs"
     if node_state(name) == "ABSENT":
         # New, or left half-made by an interrupted run: (re)build it whole.
         if not user_data.is_file():
             raise DriverError(f"[lxc] {name}: no user-data at {user_data}; run `deployer up` (it renders it before Terraform)")
-        base = ensure_base_image()
+        ensure_base_image()
+        _unmount(name)
         shutil.rmtree(LXC_PATH / name, ignore_errors=True)
-        (LXC_PATH / name).mkdir(parents=True)
-        tmp = LXC_PATH / name / "rootfs.partial"
-        sh("cp", "-a", "--reflink=auto", str(base), str(tmp))
-        tmp.rename(rootfs)
+        for sub in ("upper", "work", "rootfs"):
+            (LXC_PATH / name / sub).mkdir(parents=True)
         pip_conf, mounts = host_carry()
-        _customise(rootfs, pip_conf)
-        _seed(rootfs, name, user_data, iid)
-        _write_config(name, str(address), gateway, bridge, shared, memory_mb, mounts)  # last: marks it made
+        # Shared: no new version is made, and none removed, until this node's config
+        # names the one it stands on.
+        with file_lock(image_lock(), shared=True):
+            lower = base_rootfs().resolve()
+            with _mounted(name, lower):
+                _customise(LXC_PATH / name / "rootfs", pip_conf)
+                _seed(LXC_PATH / name / "rootfs", name, user_data, iid)
+            _write_config(name, str(address), gateway, bridge, shared, memory_mb, mounts, lower)  # last: marks it made
     if node_state(name) != "RUNNING":
         # A stopped node keeps what cloud-init and Ansible made of it; only start it again.
         sh("lxc-start", "-n", name, "-d", "-l", "WARN", "-o", str(LXC_PATH / name / "lxc.log"))
@@ -435,6 +563,7 @@ def node_down(name: str) -> None:
     if node_state(name) != "ABSENT":
         sh("lxc-stop", "-n", name, "-k", check=False, quiet=True)
         sh("lxc-destroy", "-n", name, check=False, quiet=True)
+    _unmount(name)
     if (LXC_PATH / name).exists():
         shutil.rmtree(LXC_PATH / name)
     log(f"{name} removed")
