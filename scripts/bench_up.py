@@ -27,6 +27,17 @@ def timed(args: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProces
     return time.perf_counter() - t0, p
 
 
+def first_up_timings(cwd: Path) -> dict:
+    """The cold `up`'s own timings.json (deployer/timings.py): stages, roles, one line."""
+    from deployer.timings import summary
+
+    run = sorted((cwd / ".deployer" / "benchup" / "runs").glob("*-up"))[0]
+    rec = json.loads((run / "timings.json").read_text())
+    nodes = int(json.loads((cwd / ".deployer" / "benchup" / "spec.json").read_text())["spec"]["nodes"])
+    top = ", ".join(f"{k} {v:.0f} s" for k, v in list(rec["ansible_roles_s"].items())[:4])
+    return {**rec, "summary": f"{summary('up', nodes, rec)}; slowest roles: {top}"}
+
+
 def best_of(args: list[str], cwd: Path, n: int = 5) -> float:
     return min(timed(args, cwd)[0] for _ in range(n))
 
@@ -34,6 +45,7 @@ def best_of(args: list[str], cwd: Path, n: int = 5) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="1,2,4,8")
+    ap.add_argument("--no-reruns", action="store_true", help="time only the cold `up` of each N (skip re-runs and status)")
     a = ap.parse_args()
     rows = []
     for n in [int(x) for x in a.nodes.split(",")]:
@@ -45,11 +57,16 @@ def main() -> int:
                 if p.returncode != 0:
                     print(p.stderr[-3000:], file=sys.stderr)
                     return 1
-                t_rerun, p2 = timed(["up"], cwd)
-                t_reconf, p3 = timed(["up", "--reconfigure"], cwd)
-                t_status = best_of(["status"], cwd)
-                rows.append({"nodes": n, "up_s": round(t_up, 1), "rerun_s": round(t_rerun, 1), "reconfigure_s": round(t_reconf, 1), "status_s": round(t_status, 3)})
-                print(f"N={n}: up {t_up:.1f}s, no-change re-run {t_rerun:.1f}s, --reconfigure re-run {t_reconf:.1f}s, status {t_status:.3f}s", flush=True)
+                stages = first_up_timings(cwd)
+                print(f"N={n}: {stages['summary']}", flush=True)
+                row = {"nodes": n, "up_s": round(t_up, 1), "stages_s": stages["stages_s"], "ansible_roles_s": stages["ansible_roles_s"]}
+                if not a.no_reruns:
+                    t_rerun, _ = timed(["up"], cwd)
+                    t_reconf, _ = timed(["up", "--reconfigure"], cwd)
+                    t_status = best_of(["status"], cwd)
+                    row |= {"rerun_s": round(t_rerun, 1), "reconfigure_s": round(t_reconf, 1), "status_s": round(t_status, 3)}
+                    print(f"N={n}: up {t_up:.1f}s, no-change re-run {t_rerun:.1f}s, --reconfigure re-run {t_reconf:.1f}s, status {t_status:.3f}s", flush=True)
+                rows.append(row)
             finally:
                 subprocess.run([*DEPLOYER, "down", "--yes"], cwd=cwd, capture_output=True)
     t_help = best_of(["--help"], Path.cwd())

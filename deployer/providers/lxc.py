@@ -51,16 +51,18 @@ BASE_PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "openssh-server", "sudo", "python3", "python3-apt",
     "iproute2", "iputils-ping", "ca-certificates", "procps", "less", "netbase",
 ]
-# Pre-baked, as a site's golden image would be: the packages the common, mpi and
-# training_runtime roles install on every node. The roles still install them (and do
-# on OpenStack); here they only find them present, so N nodes do not unpack the same
-# packages N times on the host's few cores. Nothing that starts a service is baked
-# (monitoring: false must deploy no exporter).
+# Pre-baked, as a site's golden image would be: the packages the common, mpi,
+# training_runtime and node_exporter roles install. The roles still install them (and do
+# on OpenStack); here they find them present, so N nodes do not unpack the same packages
+# N times on the host's few cores. A baked service is disabled in the image: only its
+# role enables it, after writing its flags (monitoring: false leaves nothing listening).
+BAKED_DISABLED_SERVICES = ["prometheus-node-exporter.service"]
 PREBAKED_PACKAGES = [
     "openssh-client", "rsync", "iperf3", "curl", "psmisc", "pciutils", "python3-venv",
     "python3-packaging", "openmpi-bin",
     # The mpi role's master-only headers: they cost a fresh master ~25 s of dpkg.
     "libopenmpi-dev",
+    "prometheus-node-exporter",
     # The cloud's boot path: the node's user-data arrives as a NoCloud seed.
     "cloud-init",
 ]
@@ -84,7 +86,8 @@ def _host_sources_digest() -> str:
     return hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
 
 
-IMAGE_STAMP = json.dumps({"suite": SUITE, "packages": BASE_PACKAGES + PREBAKED_PACKAGES, "apt": IMAGE_APT_CONF})
+IMAGE_STAMP = json.dumps({"suite": SUITE, "packages": BASE_PACKAGES + PREBAKED_PACKAGES, "apt": IMAGE_APT_CONF,
+                          "disabled": BAKED_DISABLED_SERVICES})
 # What the minimal image needs for cloud-init to finish without errors: a datasource
 # list (NoCloud only; no metadata-service probing), no network configuration (the
 # driver owns eth0) and a locale that exists without locale-gen.
@@ -248,6 +251,7 @@ def _prebake(rootfs: Path) -> None:
     _carry_ca(rootfs)
     _chroot_apt(rootfs, ["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PREBAKED_PACKAGES],
                 what="pre-baking packages into the base image")
+    _chroot_apt(rootfs, ["systemctl", "disable", *BAKED_DISABLED_SERVICES], what="disabling the baked services")
     policy.unlink()
     (rootfs / APT_STAMP).parent.mkdir(parents=True, exist_ok=True)
     (rootfs / APT_STAMP).touch()
