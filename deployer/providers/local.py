@@ -102,15 +102,15 @@ class LocalProvider:
     def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> None:
         from . import lxc
 
-        if not lxc.image_current():
+        todo = lxc.image_todo()
+        if todo:
             from .. import ui
 
-            with ui.status(f"building the Debian {lxc.SUITE} base image with debootstrap (once, about two minutes)"):
-                lxc.ensure_base_image()
-        elif lxc.lists_age_s(lxc.base_rootfs()) > lxc.LISTS_MAX_AGE_S:
-            from .. import ui
-
-            with ui.status("refreshing the base image's package lists (once for every node: they skip their own apt update)"):
+            doing = {
+                "build": f"building the Debian {lxc.SUITE} base image with debootstrap (once, about two minutes)",
+                "refresh": "refreshing the base image's package lists (once for every node: they skip their own apt update)",
+            }[todo]
+            with ui.status(doing):
                 lxc.ensure_base_image()
         state.shared_host_dir.mkdir(parents=True, exist_ok=True)
 

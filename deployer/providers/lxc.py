@@ -66,8 +66,8 @@ PREBAKED_PACKAGES = [
     # The cloud's boot path: the node's user-data arrives as a NoCloud seed.
     "cloud-init",
 ]
-# Clones use the host's package sources (_carry_apt), so the image's package lists are
-# made from those sources: a node finds lists that match them. Throwaway containers
+# The image carries the host's package sources (_carry_apt) and its lists are made from
+# them, so a node finds lists that match its sources. Throwaway containers
 # skip dpkg's fsync per file (as eatmydata would) and the lists' translations.
 IMAGE_APT_CONF = {
     "dpkg/dpkg.cfg.d/90-deployer-unsafe-io": "force-unsafe-io\n",
@@ -80,10 +80,11 @@ LISTS_MAX_AGE_S = 1800
 APT_STAMP = "var/lib/apt/periodic/update-success-stamp"
 
 
-def _host_sources_digest() -> str:
-    src = Path("/etc/apt")
-    texts = [p.read_text() for p in [src / "sources.list", *sorted((src / "sources.list.d").glob("*"))] if p.is_file()]
-    return hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+def _host_apt_digest() -> str:
+    """Of what _carry_apt puts into the image: a change to it makes a new image."""
+    sources, proxies = _host_apt_files()
+    text = "\n".join(f"{p.name}\n{p.read_text()}" for p in sources + proxies)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 IMAGE_STAMP = json.dumps({"suite": SUITE, "packages": BASE_PACKAGES + PREBAKED_PACKAGES, "apt": IMAGE_APT_CONF,
@@ -157,10 +158,11 @@ def ensure_base_image() -> Path:
     once for all nodes when they are older than LISTS_MAX_AGE_S. Returns the current
     version's rootfs (a real path, not through `current`)."""
     with file_lock(image_lock()):
-        if not image_current():
+        todo = image_todo()
+        if todo == "build":
             log(f"building the {SUITE} base image with debootstrap (once; cached in {IMAGE_ROOT})")
             _new_version(_build)
-        elif lists_age_s(base_rootfs()) > LISTS_MAX_AGE_S:
+        elif todo == "refresh":
             log(f"refreshing the base image's package lists (older than {LISTS_MAX_AGE_S // 60} min; once for every node)")
             _new_version(_refreshed_copy)
         _remove_unused_versions()
@@ -214,9 +216,13 @@ def _remove_unused_versions() -> None:
                 entry.unlink(missing_ok=True)
 
 
-def lists_age_s(rootfs: Path) -> float:
-    stamp = rootfs / APT_STAMP
-    return time.time() - stamp.stat().st_mtime if stamp.exists() else float("inf")
+def image_todo() -> str | None:
+    """What ensure_base_image has to do: "build", "refresh" (its lists) or nothing."""
+    if not image_current():
+        return "build"
+    stamp = base_rootfs() / APT_STAMP
+    age = time.time() - stamp.stat().st_mtime if stamp.exists() else float("inf")
+    return "refresh" if age > LISTS_MAX_AGE_S else None
 
 
 def _chroot_apt(rootfs: Path, *cmds: list[str], what: str) -> None:
@@ -244,17 +250,14 @@ def _prebake(rootfs: Path) -> None:
     policy = rootfs / "usr/sbin/policy-rc.d"
     policy.write_text("#!/bin/sh\nexit 101\n")  # invoke-rc.d: start nothing in the chroot
     policy.chmod(0o755)
-    shutil.copy2("/etc/resolv.conf", rootfs / "etc/resolv.conf")
     for rel, text in IMAGE_APT_CONF.items():
         (rootfs / "etc" / rel).write_text(text)
     _carry_apt(rootfs)
     _carry_ca(rootfs)
-    _chroot_apt(rootfs, ["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PREBAKED_PACKAGES],
-                what="pre-baking packages into the base image")
-    _chroot_apt(rootfs, ["systemctl", "disable", *BAKED_DISABLED_SERVICES], what="disabling the baked services")
+    _refresh_lists(rootfs)
+    _chroot_apt(rootfs, ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PREBAKED_PACKAGES],
+                ["systemctl", "disable", *BAKED_DISABLED_SERVICES], what="pre-baking packages into the base image")
     policy.unlink()
-    (rootfs / APT_STAMP).parent.mkdir(parents=True, exist_ok=True)
-    (rootfs / APT_STAMP).touch()
 
 
 def _finish_image(rootfs: Path) -> None:
@@ -281,14 +284,14 @@ def _finish_image(rootfs: Path) -> None:
 
 
 def image_current() -> bool:
-    """The cached image exists and was built from today's package lists."""
+    """The cached image exists and was built from today's packages, apt settings and host sources."""
     stamp = base_rootfs() / ".deployer-image-ok"
     return stamp.exists() and stamp.read_text() == _image_stamp()
 
 
 def _image_stamp() -> str:
     """What the image was built from: packages, apt settings and the host's sources."""
-    return IMAGE_STAMP + _host_sources_digest()
+    return IMAGE_STAMP + _host_apt_digest()
 
 
 # -- what the nodes take over from the host ------------------------------------------
@@ -332,18 +335,25 @@ def host_carry() -> tuple[str, list[Path]]:
     return text, sorted(p for p in paths if p != ca and not str(p).startswith("/etc/ssl"))
 
 
-def _carry_apt(rootfs: Path) -> None:
-    """Debian package sources of the host (third-party repositories are not for the nodes)."""
-    dst = rootfs / "etc/apt"
+def _host_apt_files() -> tuple[list[Path], list[Path]]:
+    """The host's Debian package sources (third-party repositories are not for the nodes)
+    and its apt proxy settings."""
     src = Path("/etc/apt")
     lists = [src / "sources.list", *sorted((src / "sources.list.d").glob("*"))]
     debian = [p for p in lists if p.is_file() and "debian" in p.read_text() and "nodesource" not in p.name]
+    return debian, sorted((src / "apt.conf.d").glob("*proxy*"))
+
+
+def _carry_apt(rootfs: Path) -> None:
+    """Into the image (nodes inherit it): the image's lists are made from these sources."""
+    dst = rootfs / "etc/apt"
+    debian, proxies = _host_apt_files()
     if debian:
         (dst / "sources.list").write_text("")
         for p in debian:
             target = dst / ("sources.list" if p.name == "sources.list" else f"sources.list.d/{p.name}")
             shutil.copy2(p, target)
-    for conf in (src / "apt.conf.d").glob("*proxy*"):
+    for conf in proxies:
         shutil.copy2(conf, dst / "apt.conf.d" / conf.name)
 
 
@@ -513,9 +523,9 @@ def _unmount(name: str) -> None:
 
 
 def _customise(rootfs: Path, pip_conf: str) -> None:
-    """What a site's cloud image would already have: the host's package sources and CA."""
+    """What a site's cloud image would already have: the host's resolver and CA (its
+    package sources are in the image, whose stamp changes with them)."""
     shutil.copy2("/etc/resolv.conf", rootfs / "etc/resolv.conf")
-    _carry_apt(rootfs)
     _carry_ca(rootfs)
     (rootfs / "etc/pip.conf").write_text(pip_conf)
 
