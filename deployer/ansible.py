@@ -20,6 +20,8 @@ class PlayResult:
     ok: Counter = field(default_factory=Counter)
     changed: Counter = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
+    # What the play handed over with set_stats (per_host: false), e.g. bytes_from_outside.
+    stats: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total_changed(self) -> int:
@@ -82,6 +84,8 @@ def run_playbook(
             result.ok[host] += 1
             if data.get("res", {}).get("changed"):
                 result.changed[host] += 1
+        elif kind == "playbook_on_stats":
+            result.stats = data.get("artifact_data") or {}
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             res = data.get("res", {})
             msg = res.get("msg") or res.get("stderr") or res.get("stdout") or "failed"

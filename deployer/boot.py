@@ -35,6 +35,34 @@ if TYPE_CHECKING:
 NOVA_USER_DATA_LIMIT = 65535
 HOST_KEY_TYPE = "ed25519"
 
+# From its first boot each node counts the bytes it receives from outside its own
+# subnet (package mirrors, PyPI, the NVIDIA repos): `up` reads the counter at the end of
+# Ansible (site.yml's last play) and reports what every node pulled (deployer/timings.py),
+# so a worker that downloads what the master already has shows. Counted before anything
+# is fetched, on the cloud and locally alike. nftables is in every Debian and Ubuntu
+# cloud image (priority important); a node without `nft` is simply not counted. The
+# cluster subnet is read on the node, so an existing OpenStack network needs no lookup.
+ACCOUNTING_TABLE = "deployer_acct"
+ACCOUNTING_COUNTER = "from_outside"
+ACCOUNTING_SCRIPT = f"""command -v nft >/dev/null 2>&1 || exit 0
+nets=$(ip -o -4 route show scope link | awk '$1 ~ /[/]/ {{print $1}}' | sort -u | paste -sd, -)
+inside=${{nets:+"ip saddr {{ $nets }} return"}}
+nft -f - <<EOF
+table inet {ACCOUNTING_TABLE}
+delete table inet {ACCOUNTING_TABLE}
+table inet {ACCOUNTING_TABLE} {{
+  counter {ACCOUNTING_COUNTER} {{ }}
+  chain input {{
+    type filter hook input priority -150; policy accept;
+    iif lo return
+    $inside
+    ip6 saddr fe80::/10 return
+    counter name {ACCOUNTING_COUNTER}
+  }}
+}}
+EOF
+"""
+
 
 @dataclass(frozen=True)
 class HostKey:
@@ -107,6 +135,8 @@ def render_user_data(*, hostname: str, user: str, authorized_key: str, key: Host
             f"{HOST_KEY_TYPE}_private": key.private,
             f"{HOST_KEY_TYPE}_public": key.public,
         },
+        # Every boot (a reboot starts the count again), before anything is downloaded.
+        "bootcmd": [["sh", "-c", ACCOUNTING_SCRIPT]],
     }
     return "#cloud-config\n" + yaml.safe_dump(config, sort_keys=False, width=1000)
 

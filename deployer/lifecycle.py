@@ -175,6 +175,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
                     play = run_playbook(inv, run_dir, limit=plan.limit())
                 finally:  # a failed play's roles count too: they say where it stopped
                     times.roles = timings.ansible_roles(run_dir / "ansible-events.jsonl")
+            times.pulled = timings.bytes_from_outside(play.stats)
             ansible_changed = play.total_changed
             state.write_record(state.configured_file, drift.configured_record(fingerprint, cluster, run=run_dir.name))
             ui.ok(f"ansible: {sum(play.ok.values())} ok, {play.total_changed} changed on {_count(list(plan.why), cluster)}")
@@ -186,7 +187,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         took = times.write(run_dir)
         ui.ok(("no changes: the cluster already matched the spec" if converged else "cluster is up")
               + f" ({took['total_s']:.0f}s). Next: `deployer ssh`, `deployer bench`, `deployer status`")
-        ui.info(timings.summary("up", len(cluster["nodes"]), took))
+        ui.info(timings.summary("up", len(cluster["nodes"]), took, master=cluster["nodes"][0]["name"]))
         return {
             "name": spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run_dir),
             "started": started, "recreated": sorted(set(recreate) | set(replace_nodes)), "configured": plan.why,

@@ -4,11 +4,17 @@ Every run writes `timings.json` to its run directory, `--json` carries the same 
 and the last line says it in one breath:
 
     up 3 nodes in 112 s: preflight 1 s · apply 14 s · boot 9 s · ansible 80 s (training_runtime 41 s) · smoke 3 s
+    · pulled from outside: master 812 MB, workers ≤ 2.1 MB
 
 Ansible's per-role times come from ansible-runner's own event log (ansible-events.jsonl):
 a task's time runs from its start event to the next task's, and counts to its role (or,
 for tasks outside a role, to its play). Concurrent hosts share a task, so the sum is wall
 time, not CPU time.
+
+What each node received from outside the cluster since it booted (package mirrors, PyPI)
+comes from the byte counter its user-data sets up (deployer/boot.py): the master fetches
+the runtime and fills the package cache, so a worker's figure stays small; a large one
+says a worker downloaded on its own.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ class Stages:
         self.t0 = time.monotonic()
         self.seconds: dict[str, float] = {}
         self.roles: dict[str, float] = {}
+        self.pulled: dict[str, int | None] = {}  # bytes from outside the cluster, per node
         self.failed: str | None = None
         self.run_dir: Path | None = None  # once set, a failing stage still leaves timings.json
 
@@ -54,6 +61,8 @@ class Stages:
     def record(self) -> dict[str, Any]:
         rec = {"total_s": round(self.total(), 1), "stages_s": {k: round(v, 1) for k, v in self.seconds.items()},
                "ansible_roles_s": {k: round(v, 1) for k, v in self.roles.items()}}
+        if self.pulled:
+            rec["bytes_from_outside"] = dict(self.pulled)
         return {**rec, "failed_stage": self.failed} if self.failed else rec
 
     def write(self, run_dir: Path) -> dict[str, Any]:
@@ -85,8 +94,43 @@ def ansible_roles(events_log: Path) -> dict[str, float]:
     return dict(sorted(roles.items(), key=lambda kv: -kv[1]))
 
 
-def summary(verb: str, nodes: int, rec: dict[str, Any]) -> str:
-    """One line: the total, every stage, and the slowest role inside the ansible stage."""
+def bytes_from_outside(stats: dict[str, Any]) -> dict[str, int | None]:
+    """Bytes per node from the play's `bytes_from_outside` stats (each node's
+    `nft --json list counter` output); None for a node whose counter could not be read."""
+    pulled: dict[str, int | None] = {}
+    for node, text in sorted((stats.get("bytes_from_outside") or {}).items()):
+        try:
+            items = json.loads(text)["nftables"]
+            pulled[node] = next(int(i["counter"]["bytes"]) for i in items if "counter" in i)
+        except (ValueError, KeyError, TypeError, StopIteration):
+            pulled[node] = None
+    return pulled
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def _pulled_part(pulled: dict[str, int | None], master: str | None) -> str:
+    counted = {n: b for n, b in pulled.items() if b is not None}
+    if not counted:
+        return "pulled from outside: not counted (no nft on the nodes)"
+    parts = []
+    if master in counted:
+        parts.append(f"master {human_bytes(counted.pop(master))}")
+    if counted:
+        parts.append(f"workers ≤ {human_bytes(max(counted.values()))}" if len(counted) > 1
+                     else f"{next(iter(counted))} {human_bytes(next(iter(counted.values())))}")
+    return "pulled from outside: " + ", ".join(parts)
+
+
+def summary(verb: str, nodes: int, rec: dict[str, Any], master: str | None = None) -> str:
+    """One line: the total, every stage, the slowest role inside the ansible stage, and
+    what the nodes pulled from outside (when Ansible ran and read the counters)."""
     parts = []
     for name, s in rec["stages_s"].items():
         part = f"{name} {s:.0f} s"
@@ -94,4 +138,6 @@ def summary(verb: str, nodes: int, rec: dict[str, Any]) -> str:
             role, rs = next(iter(rec["ansible_roles_s"].items()))
             part += f" ({role} {rs:.0f} s)"
         parts.append(part)
+    if rec.get("bytes_from_outside"):
+        parts.append(_pulled_part(rec["bytes_from_outside"], master))
     return f"{verb} {nodes} node{'s' if nodes != 1 else ''} in {rec['total_s']:.0f} s: " + " · ".join(parts)

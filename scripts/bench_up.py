@@ -35,7 +35,7 @@ def first_up_timings(cwd: Path) -> dict:
     rec = json.loads((run / "timings.json").read_text())
     nodes = int(json.loads((cwd / ".deployer" / "benchup" / "spec.json").read_text())["spec"]["nodes"])
     top = ", ".join(f"{k} {v:.0f} s" for k, v in list(rec["ansible_roles_s"].items())[:4])
-    return {**rec, "summary": f"{summary('up', nodes, rec)}; slowest roles: {top}"}
+    return {**rec, "summary": f"{summary('up', nodes, rec, master='benchup-master')}; slowest roles: {top}"}
 
 
 def best_of(args: list[str], cwd: Path, n: int = 5) -> float:
@@ -59,7 +59,8 @@ def main() -> int:
                     return 1
                 stages = first_up_timings(cwd)
                 print(f"N={n}: {stages['summary']}", flush=True)
-                row = {"nodes": n, "up_s": round(t_up, 1), "stages_s": stages["stages_s"], "ansible_roles_s": stages["ansible_roles_s"]}
+                row = {"nodes": n, "up_s": round(t_up, 1), "stages_s": stages["stages_s"], "ansible_roles_s": stages["ansible_roles_s"],
+                       "bytes_from_outside": stages.get("bytes_from_outside", {})}
                 if not a.no_reruns:
                     t_rerun, _ = timed(["up"], cwd)
                     t_reconf, _ = timed(["up", "--reconfigure"], cwd)

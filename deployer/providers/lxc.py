@@ -50,19 +50,23 @@ MIRROR = os.environ.get("DEPLOYER_DEBIAN_MIRROR", "http://deb.debian.org/debian"
 BASE_PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "openssh-server", "sudo", "python3", "python3-apt",
     "iproute2", "iputils-ping", "ca-certificates", "procps", "less", "netbase",
+    # Priority important, so in every Debian cloud image: the user-data's byte counter.
+    "nftables",
 ]
 # Pre-baked, as a site's golden image would be: the packages the common, mpi,
 # training_runtime and node_exporter roles install. The roles still install them (and do
 # on OpenStack); here they find them present, so N nodes do not unpack the same packages
 # N times on the host's few cores. A baked service is disabled in the image: only its
 # role enables it, after writing its flags (monitoring: false leaves nothing listening).
-BAKED_DISABLED_SERVICES = ["prometheus-node-exporter.service"]
+BAKED_DISABLED_SERVICES = ["prometheus-node-exporter.service", "apt-cacher-ng.service"]
 PREBAKED_PACKAGES = [
     "openssh-client", "rsync", "iperf3", "curl", "psmisc", "pciutils", "python3-venv",
     "python3-packaging", "openmpi-bin",
     # The mpi role's master-only headers: they cost a fresh master ~25 s of dpkg.
     "libopenmpi-dev",
     "prometheus-node-exporter",
+    # The master's package cache (common role), enabled there only.
+    "apt-cacher-ng",
     # The cloud's boot path: the node's user-data arrives as a NoCloud seed.
     "cloud-init",
 ]

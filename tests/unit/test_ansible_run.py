@@ -39,3 +39,13 @@ def test_a_failed_task_is_one_line_naming_host_and_task(tmp_path):
     inv, run_dir = _play(tmp_path, [{"name": "Break on purpose", "ansible.builtin.fail": {"msg": "no  such\\nthing"}}])
     with pytest.raises(OperationFailed, match=r"configuration failed: here: Break on purpose: no such\\nthing"):
         run_playbook(inv, run_dir, playbook=str(tmp_path / "play.yml"))
+
+
+def test_set_stats_reach_the_deployer(tmp_path):
+    # site.yml's last play hands each node's byte counter over this way.
+    inv, run_dir = _play(tmp_path, [
+        {"name": "Hand over", "ansible.builtin.set_stats": {
+            "data": {"bytes_from_outside": "{{ {inventory_hostname: 'counter text'} }}"}, "per_host": False, "aggregate": True}},
+    ])
+    result = run_playbook(inv, run_dir, playbook=str(tmp_path / "play.yml"))
+    assert result.stats == {"bytes_from_outside": {"here": "counter text"}}

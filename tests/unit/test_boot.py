@@ -7,8 +7,11 @@ cloud-init, the version the local image boots with) checks the rendered user-dat
 from __future__ import annotations
 
 import base64
+import json
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -185,3 +188,57 @@ def test_node_names_match_the_terraform_design_module():
         assert r.retcode == 0, r.error
         names = cmd.output(json=True).value["names"]["value"]
     assert names == ClusterSpec(name="lab", nodes=4).node_names()
+
+
+def test_user_data_counts_bytes_from_outside_from_the_first_boot(state):
+    boot.write_user_data(SPEC, state)
+    for name in SPEC.node_names():
+        cfg = yaml.safe_load(_user_data(state, name))
+        assert cfg["bootcmd"] == [["sh", "-c", boot.ACCOUNTING_SCRIPT]]
+
+
+def _ns(ns: str, *cmd: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", "netns", "exec", ns, *cmd], text=True, capture_output=True, **kw)
+
+
+def _send(ns: str, src: str, dst: str) -> None:
+    """Three 1000-byte UDP datagrams from src to dst (a closed port: they still arrive)."""
+    code = ("import socket, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+            f"s.bind(({src!r}, 0)); [s.sendto(b'x' * 1000, ({dst!r}, 9)) for _ in range(3)]; time.sleep(0.3)")
+    _ns(ns, sys.executable, "-c", code, check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("nft") is None, reason="needs root and nft (network namespaces)")
+def test_the_counter_counts_what_comes_from_outside_the_subnet_only():
+    """Two network namespaces on a veth: the node (10.99.7.2/24) and a peer that speaks
+    from inside its subnet (10.99.7.3) and from outside it (192.0.2.9)."""
+    node, peer = f"acct-node-{os.getpid()}", f"acct-peer-{os.getpid()}"
+    run = lambda *c: subprocess.run(c, check=True, capture_output=True)  # noqa: E731
+    try:
+        run("ip", "netns", "add", node)
+        run("ip", "netns", "add", peer)
+        run("ip", "-n", node, "link", "add", "v0", "type", "veth", "peer", "name", "v1", "netns", peer)
+        run("ip", "-n", node, "addr", "add", "10.99.7.2/24", "dev", "v0")
+        run("ip", "-n", peer, "addr", "add", "10.99.7.3/24", "dev", "v1")
+        run("ip", "-n", peer, "addr", "add", "192.0.2.9/32", "dev", "v1")
+        for ns, dev in ((node, "v0"), (peer, "v1")):
+            run("ip", "-n", ns, "link", "set", dev, "up")
+            run("ip", "-n", ns, "link", "set", "lo", "up")
+        run("ip", "-n", node, "route", "add", "192.0.2.9/32", "via", "10.99.7.3")
+        for _ in range(2):  # every boot runs it: the second run starts the count again, no error
+            p = _ns(node, "sh", "-c", boot.ACCOUNTING_SCRIPT)
+            assert p.returncode == 0, p.stderr
+
+        def counted() -> int:
+            out = _ns(node, "nft", "--json", "list", "counter", "inet", boot.ACCOUNTING_TABLE, boot.ACCOUNTING_COUNTER)
+            return next(i["counter"]["bytes"] for i in json.loads(out.stdout)["nftables"] if "counter" in i)
+
+        assert counted() == 0
+        _send(peer, "10.99.7.3", "10.99.7.2")
+        _send(node, "127.0.0.1", "127.0.0.1")
+        assert counted() == 0  # the cluster's own subnet and loopback are inside
+        _send(peer, "192.0.2.9", "10.99.7.2")
+        assert counted() == 3 * (1000 + 8 + 20)  # three datagrams from outside, with UDP and IP headers
+    finally:
+        for ns in (node, peer):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)

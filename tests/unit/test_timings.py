@@ -56,3 +56,33 @@ def test_a_failing_stage_still_leaves_its_timings(tmp_path):
         raise RuntimeError("terraform failed")
     rec = json.loads((tmp_path / "timings.json").read_text())
     assert rec["failed_stage"] == "apply" and "apply" in rec["stages_s"]
+
+
+# What site.yml's last play hands over (set_stats, per_host false): each node's
+# `nft --json list counter` output, '' where the command failed (no nft on that node).
+NFT = '{"nftables": [{"metainfo": {"version": "1.0.6", "json_schema_version": 1}}, ' \
+      '{"counter": {"family": "inet", "name": "from_outside", "table": "deployer_acct", "handle": 2, "packets": %d, "bytes": %d}}]}'
+STATS = {"bytes_from_outside": {"c-master": NFT % (9000, 812_345_678), "c-worker-1": NFT % (40, 2_100_000),
+                                "c-worker-2": NFT % (12, 31_000), "c-worker-3": ""}}
+
+
+def test_bytes_from_outside_per_node_from_the_plays_stats():
+    pulled = timings.bytes_from_outside(STATS)
+    assert pulled == {"c-master": 812_345_678, "c-worker-1": 2_100_000, "c-worker-2": 31_000, "c-worker-3": None}
+    assert timings.bytes_from_outside({}) == {}
+    assert timings.bytes_from_outside({"bytes_from_outside": {"n": '{"nftables": []}'}}) == {"n": None}
+
+
+def test_summary_says_what_the_master_and_the_workers_pulled(tmp_path):
+    t = timings.Stages()
+    t.seconds = {"ansible": 80.0}
+    t.pulled = timings.bytes_from_outside(STATS)
+    rec = t.write(tmp_path)
+    assert json.loads((tmp_path / "timings.json").read_text())["bytes_from_outside"]["c-worker-3"] is None
+    line = timings.summary("up", 4, rec, master="c-master")
+    assert line.endswith("ansible 80 s · pulled from outside: master 812.3 MB, workers ≤ 2.1 MB"), line
+    one = {"total_s": 1, "stages_s": {}, "bytes_from_outside": {"c-master": 5}}
+    assert timings.summary("up", 1, one, master="c-master").endswith("pulled from outside: master 5 B")
+    none = {"total_s": 1, "stages_s": {}, "bytes_from_outside": {"c-master": None}}
+    assert "not counted" in timings.summary("up", 1, none, master="c-master")
+    assert "pulled" not in timings.summary("up", 1, {"total_s": 1, "stages_s": {}})  # Ansible skipped: nothing read
