@@ -96,6 +96,9 @@ def run_playbook(
         "ANSIBLE_CONFIG": str(adir / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(adir / "roles"),
         "ANSIBLE_FILTER_PLUGINS": str(adir / "filter_plugins"),
+        # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless told otherwise, which
+        # beats ansible.cfg and makes Mitogen's ssh ignore the pinned known_hosts.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         # ControlPath in the state dir: short enough for the socket name limit, private to us.

@@ -73,3 +73,30 @@ def test_a_node_with_another_host_key_is_refused_then_replaced(local_cluster):
     assert fixed.returncode == 0, fixed.stderr[-3000:]
     assert "terraform: 1 added, 0 changed, 1 destroyed" in fixed.stderr
     assert f"smoke check: mpirun reached {', '.join(NODES)}" in fixed.stderr
+
+
+@pytest.mark.parametrize("node", ["master", "worker-1"])
+def test_ansible_refuses_a_node_whose_host_key_is_not_the_pinned_one(local_cluster, node, tmp_path):
+    """Ansible's own connections (Mitogen's) check the pinned known_hosts as every other
+    SSH does: with another key pinned for the node, the play cannot reach it."""
+    from deployer.ansible import run_playbook
+    from deployer.errors import OperationFailed
+
+    known_hosts = local_cluster.state / "ssh" / "known_hosts"
+    pinned = known_hosts.read_text()
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    wrong = " ".join(other.with_suffix(".pub").read_text().split()[:2])
+    name = f"{NAME}-{node}"
+    lines = [f"{ln.split()[0]} {wrong}" if ln.startswith(f"{name},") else ln for ln in pinned.splitlines()]
+    assert lines != pinned.splitlines()
+    play = tmp_path / "play.yml"
+    play.write_text("- hosts: all\n  gather_facts: false\n  tasks:\n    - name: Reach the node\n      ansible.builtin.ping:\n")
+    run_dir = tmp_path / "state" / "runs" / "1-check"
+    run_dir.mkdir(parents=True)
+    try:
+        known_hosts.write_text("\n".join(lines) + "\n")
+        with pytest.raises(OperationFailed, match=rf"{name}: Reach the node: .*(mismatching host key|Host key verification failed)"):
+            run_playbook(local_cluster.state / "inventory" / "hosts.yml", run_dir, playbook=str(play), limit=[name])
+    finally:
+        known_hosts.write_text(pinned)

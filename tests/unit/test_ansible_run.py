@@ -49,3 +49,13 @@ def test_set_stats_reach_the_deployer(tmp_path):
     ])
     result = run_playbook(inv, run_dir, playbook=str(tmp_path / "play.yml"))
     assert result.stats == {"bytes_from_outside": {"here": "counter text"}}
+
+
+def test_host_key_checking_stays_on_under_ansible_runner(tmp_path):
+    # ansible-runner turns it off unless told; then Mitogen's ssh ignores known_hosts
+    # (tests/integration/test_boot.py proves the refusal on a live cluster).
+    inv, run_dir = _play(tmp_path, [
+        {"name": "Read the setting", "ansible.builtin.set_stats": {
+            "data": {"checking": "{{ lookup('ansible.builtin.config', 'HOST_KEY_CHECKING') }}"}, "per_host": False}},
+    ])
+    assert run_playbook(inv, run_dir, playbook=str(tmp_path / "play.yml")).stats == {"checking": True}
