@@ -137,7 +137,8 @@ def wait_for_boot(
         try:
             for tried in Retrying(
                 retry=retry_if_exception_type(NotYet),
-                wait=wait_exponential(multiplier=0.25, max=5),
+                # At most 2 s between tries: a node that is ready waits no longer than that.
+                wait=wait_exponential(multiplier=0.25, max=2),
                 stop=stop_after_delay(max(1.0, deadline - time.monotonic())),
                 reraise=False,
             ):
