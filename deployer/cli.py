@@ -376,7 +376,7 @@ def data_import(
 @data_app.command("list")
 def data_list(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> None:
     """The datasets on the cluster's shared storage."""
-    from . import data_cmd, datasets
+    from . import data_cmd
     from .remote import MasterRunner
 
     st = _state(name, state_dir)
@@ -388,7 +388,7 @@ def data_list(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_ou
     if not found:
         ui.info("no datasets on the cluster: `deployer data fetch digits` puts a small real one there")
     for d in found:
-        size = datasets.human_bytes(d["bytes"]) if d["bytes"] else "size not recorded"
+        size = ui.human_bytes(d["bytes"]) if d["bytes"] else "size not recorded"
         ui.out.print(f"{d['name']:<12} {d['format']:<13} {d['train']} train / {d['test']} test, "
                      f"{d['classes']} classes, {'x'.join(map(str, d['shape']))}, {size}  {d['path']}")
 

@@ -103,8 +103,8 @@ def push_folder(state: Any, cluster: dict[str, Any], runner: MasterRunner, src: 
             if time.monotonic() - said >= PROGRESS_EVERY_S:
                 said = time.monotonic()
                 rate = sent / max(said - started, 1e-6)
-                ui.info(f"  {time.strftime('%H:%M:%S')} {datasets.human_bytes(sent)} of about {datasets.human_bytes(total)}"
-                        f" · {datasets.human_bytes(int(rate))}/s")
+                ui.info(f"  {time.strftime('%H:%M:%S')} {ui.human_bytes(sent)} of about {ui.human_bytes(total)}"
+                        f" · {ui.human_bytes(int(rate))}/s")
         sink.stdin.close()
     except BrokenPipeError:
         pass  # the remote end failed: its own words come below
@@ -117,7 +117,7 @@ def push_folder(state: Any, cluster: dict[str, Any], runner: MasterRunner, src: 
         why = b"".join(errors).decode(errors="replace").strip().splitlines() or [f"exit {sink_rc}"]
         raise OperationFailed(f"copying {name} to the master failed: {why[-1]} (run the same command again to start over)")
     took = time.monotonic() - started
-    ui.ok(f"copied {datasets.human_bytes(sent)} in {took:.1f} s to {dest}")
+    ui.ok(f"copied {ui.human_bytes(sent)} in {took:.1f} s to {dest}")
     _remote(runner, f"rm -rf {shlex.quote(dest)} && mv {shlex.quote(partial)} {shlex.quote(dest)} && "
             + datasets.write_manifest_cmd(dest, manifest), "putting the dataset in place")
 
@@ -153,7 +153,7 @@ def fetch(state: Any, cluster: dict[str, Any], name: str, *, force: bool = False
     datasets.check_space(needed, _free_bytes(runner, cluster), f"{cluster['shared_dir']} on the master", ds.name)
     if force:
         _remote(runner, f"rm -rf {shlex.quote(dest)}", "removing the old copy")
-    ui.step(f"{ds.name}: downloading {datasets.human_bytes(a.bytes)} on the master from {a.url} (resumes if stopped)")
+    ui.step(f"{ds.name}: downloading {ui.human_bytes(a.bytes)} on the master from {a.url} (resumes if stopped)")
     started = time.monotonic()
     out = _remote(runner, datasets.fetch_cmd(ds, dest), f"downloading {ds.name}", timeout=6 * 3600)
     m = datasets.manifest(ds, datasets.parse_files(out))
@@ -192,6 +192,6 @@ def import_(state: Any, cluster: dict[str, Any], path: Path, name: str | None, *
         return _summary(have, dest, False)
     total = folder_bytes(src)
     datasets.check_space(total, _free_bytes(runner, cluster), f"{cluster['shared_dir']} on the master", name)
-    ui.step(f"{name}: copying {datasets.human_bytes(total)} from {src} to the master")
+    ui.step(f"{name}: copying {ui.human_bytes(total)} from {src} to the master")
     push_folder(state, cluster, runner, src, name, m, total)
     return _summary(m, dest, True)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from deployer.errors import RecordError, UsageError
+from deployer.ui import human_bytes
 
 SCHEMA = 1
 MANIFEST = "dataset.json"
@@ -187,14 +188,6 @@ def space_needed(ds: Dataset, *, partial: int = 0, source_bytes: int | None = No
     if ds.bytes is None:
         raise UsageError(f"{ds.name}: {ds.source}: import it with `deployer data import PATH`")
     return ds.bytes + (max(0, ds.archive.bytes - partial) if ds.archive else 0)
-
-
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
-        n /= 1024
-    raise AssertionError  # unreachable
 
 
 def check_space(needed: int, free: int, where: str, what: str) -> None:

@@ -187,7 +187,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         took = times.write(run_dir)
         ui.ok(("no changes: the cluster already matched the spec" if converged else "cluster is up")
               + f" ({took['total_s']:.0f}s). Next: `deployer ssh`, `deployer bench`, `deployer status`")
-        ui.info(timings.summary("up", len(cluster["nodes"]), took, master=cluster["nodes"][0]["name"]))
+        ui.info(timings.summary("up", len(cluster["nodes"]), took))
         return {
             "name": spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run_dir),
             "started": started, "recreated": sorted(set(recreate) | set(replace_nodes)), "configured": plan.why,

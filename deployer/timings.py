@@ -27,6 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .ui import human_bytes
+
 # Events that open a span of wall time in the log; the next one closes it.
 _SPAN_EVENTS = ("playbook_on_start", "playbook_on_play_start", "playbook_on_task_start", "playbook_on_stats")
 
@@ -94,41 +96,34 @@ def ansible_roles(events_log: Path) -> dict[str, float]:
     return dict(sorted(roles.items(), key=lambda kv: -kv[1]))
 
 
+def counter_bytes(text: str) -> int | None:
+    """The bytes of the counter in one `nft --json list counter` output; None if there is none."""
+    try:
+        return next(int(i["counter"]["bytes"]) for i in json.loads(text)["nftables"] if "counter" in i)
+    except (ValueError, KeyError, TypeError, StopIteration):
+        return None
+
+
 def bytes_from_outside(stats: dict[str, Any]) -> dict[str, int | None]:
-    """Bytes per node from the play's `bytes_from_outside` stats (each node's
-    `nft --json list counter` output); None for a node whose counter could not be read."""
-    pulled: dict[str, int | None] = {}
-    for node, text in sorted((stats.get("bytes_from_outside") or {}).items()):
-        try:
-            items = json.loads(text)["nftables"]
-            pulled[node] = next(int(i["counter"]["bytes"]) for i in items if "counter" in i)
-        except (ValueError, KeyError, TypeError, StopIteration):
-            pulled[node] = None
-    return pulled
+    """Bytes per node from the play's `bytes_from_outside` stats (each node's counter
+    output); None for a node whose counter could not be read."""
+    return {node: counter_bytes(text) for node, text in sorted((stats.get("bytes_from_outside") or {}).items())}
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
-
-
-def _pulled_part(pulled: dict[str, int | None], master: str | None) -> str:
+def _pulled_part(pulled: dict[str, int | None]) -> str:
     counted = {n: b for n, b in pulled.items() if b is not None}
     if not counted:
         return "pulled from outside: not counted (no nft on the nodes)"
-    parts = []
-    if master in counted:
-        parts.append(f"master {human_bytes(counted.pop(master))}")
+    # The master is `<cluster>-master` (nodes.node_names); its figure includes the runtime.
+    master = [counted.pop(n) for n in list(counted) if n.endswith("-master")]
+    parts = [f"master {human_bytes(master[0], si=True)}"] if master else []
     if counted:
-        parts.append(f"workers ≤ {human_bytes(max(counted.values()))}" if len(counted) > 1
-                     else f"{next(iter(counted))} {human_bytes(next(iter(counted.values())))}")
+        parts.append(f"workers ≤ {human_bytes(max(counted.values()), si=True)}" if len(counted) > 1
+                     else f"{next(iter(counted))} {human_bytes(next(iter(counted.values())), si=True)}")
     return "pulled from outside: " + ", ".join(parts)
 
 
-def summary(verb: str, nodes: int, rec: dict[str, Any], master: str | None = None) -> str:
+def summary(verb: str, nodes: int, rec: dict[str, Any]) -> str:
     """One line: the total, every stage, the slowest role inside the ansible stage, and
     what the nodes pulled from outside (when Ansible ran and read the counters)."""
     parts = []
@@ -139,5 +134,5 @@ def summary(verb: str, nodes: int, rec: dict[str, Any], master: str | None = Non
             part += f" ({role} {rs:.0f} s)"
         parts.append(part)
     if rec.get("bytes_from_outside"):
-        parts.append(_pulled_part(rec["bytes_from_outside"], master))
+        parts.append(_pulled_part(rec["bytes_from_outside"]))
     return f"{verb} {nodes} node{'s' if nodes != 1 else ''} in {rec['total_s']:.0f} s: " + " · ".join(parts)

@@ -51,3 +51,13 @@ def status(msg: str) -> Iterator[None]:
     else:
         step(msg)
         yield
+
+
+def human_bytes(n: float, si: bool = False) -> str:
+    """1.5 GiB (files, disks), or with si 1.6 GB (bytes on the wire, as network tools count)."""
+    base, units = (1000, ("B", "kB", "MB", "GB")) if si else (1024, ("B", "KiB", "MiB", "GiB"))
+    for unit in units:
+        if n < base or unit == units[-1]:
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= base
+    raise AssertionError  # unreachable

@@ -35,7 +35,7 @@ def first_up_timings(cwd: Path) -> dict:
     rec = json.loads((run / "timings.json").read_text())
     nodes = int(json.loads((cwd / ".deployer" / "benchup" / "spec.json").read_text())["spec"]["nodes"])
     top = ", ".join(f"{k} {v:.0f} s" for k, v in list(rec["ansible_roles_s"].items())[:4])
-    return {**rec, "summary": f"{summary('up', nodes, rec, master='benchup-master')}; slowest roles: {top}"}
+    return {**rec, "summary": f"{summary('up', nodes, rec)}; slowest roles: {top}"}
 
 
 def best_of(args: list[str], cwd: Path, n: int = 5) -> float:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from deployer import boot
+from deployer import boot, timings
 
 pytestmark = pytest.mark.integration
 
@@ -23,8 +23,9 @@ def _ssh(cluster, node: str, cmd: str) -> str:
 
 
 def _pulled(cluster, node: str) -> int:
-    out = _ssh(cluster, node, f"sudo -n nft --json list counter inet {boot.ACCOUNTING_TABLE} {boot.ACCOUNTING_COUNTER}")
-    return next(i["counter"]["bytes"] for i in json.loads(out)["nftables"] if "counter" in i)
+    got = timings.counter_bytes(_ssh(cluster, node, f"sudo -n nft --json list counter inet {boot.ACCOUNTING_TABLE} {boot.ACCOUNTING_COUNTER}"))
+    assert got is not None, node
+    return got
 
 
 def test_up_reports_what_every_node_pulled_from_outside(local_cluster):

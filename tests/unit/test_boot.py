@@ -7,7 +7,6 @@ cloud-init, the version the local image boots with) checks the rendered user-dat
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ import sys
 import pytest
 import yaml
 
-from deployer import boot
+from deployer import boot, timings
 from deployer.errors import UsageError
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
@@ -231,7 +230,7 @@ def test_the_counter_counts_what_comes_from_outside_the_subnet_only():
 
         def counted() -> int:
             out = _ns(node, "nft", "--json", "list", "counter", "inet", boot.ACCOUNTING_TABLE, boot.ACCOUNTING_COUNTER)
-            return next(i["counter"]["bytes"] for i in json.loads(out.stdout)["nftables"] if "counter" in i)
+            return timings.counter_bytes(out.stdout)
 
         assert counted() == 0
         _send(peer, "10.99.7.3", "10.99.7.2")

@@ -79,10 +79,10 @@ def test_summary_says_what_the_master_and_the_workers_pulled(tmp_path):
     t.pulled = timings.bytes_from_outside(STATS)
     rec = t.write(tmp_path)
     assert json.loads((tmp_path / "timings.json").read_text())["bytes_from_outside"]["c-worker-3"] is None
-    line = timings.summary("up", 4, rec, master="c-master")
+    line = timings.summary("up", 4, rec)
     assert line.endswith("ansible 80 s · pulled from outside: master 812.3 MB, workers ≤ 2.1 MB"), line
     one = {"total_s": 1, "stages_s": {}, "bytes_from_outside": {"c-master": 5}}
-    assert timings.summary("up", 1, one, master="c-master").endswith("pulled from outside: master 5 B")
+    assert timings.summary("up", 1, one).endswith("pulled from outside: master 5 B")
     none = {"total_s": 1, "stages_s": {}, "bytes_from_outside": {"c-master": None}}
-    assert "not counted" in timings.summary("up", 1, none, master="c-master")
+    assert "not counted" in timings.summary("up", 1, none)
     assert "pulled" not in timings.summary("up", 1, {"total_s": 1, "stages_s": {}})  # Ansible skipped: nothing read
