@@ -38,7 +38,11 @@ def test_the_munge_key_is_handled_without_logging_it():
 
 def test_site_yml_runs_slurm_after_jupyterlab():
     plays = yaml.safe_load((REPO / "ansible" / "site.yml").read_text())
-    roles = [r if isinstance(r, str) else r["role"] for p in plays for r in p.get("roles", [])]
+    def roles(play):  # listed, or included where they apply
+        listed = [r if isinstance(r, str) else r["role"] for r in play.get("roles", [])]
+        return listed + [t["ansible.builtin.include_role"]["name"] for t in play.get("tasks", []) if "ansible.builtin.include_role" in t]
+
+    roles = [r for p in plays for r in roles(p)]
     assert roles.index("slurm") == roles.index("jupyterlab") + 1
 
 
