@@ -96,6 +96,10 @@ def run_playbook(
         "ANSIBLE_CONFIG": str(adir / "ansible.cfg"),
         "ANSIBLE_ROLES_PATH": str(adir / "roles"),
         "ANSIBLE_FILTER_PLUGINS": str(adir / "filter_plugins"),
+        # Loads Jinja's filter and test plugins in the controller before workers fork
+        # (callback_plugins/deployer_warm_jinja.py says why); ansible-runner appends its own.
+        "ANSIBLE_CALLBACK_PLUGINS": str(adir / "callback_plugins"),
+        "ANSIBLE_CALLBACKS_ENABLED": "deployer_warm_jinja",
         # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless told otherwise, which
         # beats ansible.cfg and makes Mitogen's ssh ignore the pinned known_hosts.
         "ANSIBLE_HOST_KEY_CHECKING": "True",
