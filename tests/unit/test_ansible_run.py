@@ -59,3 +59,31 @@ def test_host_key_checking_stays_on_under_ansible_runner(tmp_path):
             "data": {"checking": "{{ lookup('ansible.builtin.config', 'HOST_KEY_CHECKING') }}"}, "per_host": False}},
     ])
     assert run_playbook(inv, run_dir, playbook=str(tmp_path / "play.yml")).stats == {"checking": True}
+
+
+def _filter_imports(tmp_path, monkeypatch, warm: str) -> set[str]:
+    """Process ids that imported the filter plugins while a 3-task play templated a filter
+    in each task (a probe plugin beside the cluster's own records its importer)."""
+    import shutil
+
+    import deployer.ansible
+
+    adir = tmp_path / "ansible"
+    shutil.copytree(deployer.ansible.ansible_dir(), adir)
+    record = tmp_path / "imports"
+    (adir / "filter_plugins" / "zz_probe.py").write_text(
+        "import os\n"
+        f"with open({str(record)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n\n\n"
+        "class FilterModule:\n    def filters(self):\n        return {}\n")
+    monkeypatch.setattr(deployer.ansible, "ansible_dir", lambda: adir)
+    monkeypatch.setenv("DEPLOYER_WARM_JINJA", warm)
+    inv, run_dir = _play(tmp_path, [{"name": f"Filter {i}", "ansible.builtin.debug": {"msg": "{{ 'yes' | bool }}"}} for i in range(3)])
+    run_playbook(inv, run_dir, playbook=str(tmp_path / "play.yml"))
+    return set(record.read_text().split())
+
+
+def test_filter_plugins_load_once_in_the_controller_not_in_every_worker(tmp_path, monkeypatch):
+    # Ansible forks a worker per task per node; loaded in the controller first, they are inherited.
+    assert len(_filter_imports(tmp_path / "warm", monkeypatch, "1")) == 1
+    # Switched off, every worker that templates a filter loads them again: what the callback saves.
+    assert len(_filter_imports(tmp_path / "cold", monkeypatch, "0")) >= 3
