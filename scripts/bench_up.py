@@ -2,7 +2,7 @@
 """Wall time of `deployer up` for N = 1, 2, 4, 8 local nodes, and of a no-change re-run.
 
 Run as root from the repo root, with the base image already cached (any earlier `up`
-builds it): `sudo .venv/bin/python scripts/bench_up.py [--nodes 1,2,4,8]`.
+builds it): `sudo .venv/bin/python scripts/bench_up.py [--nodes 1,2,4,8] [--rounds 3]`.
 Each N gets a fresh cluster (name `benchup`, its own subnet and state dir) that is
 torn down afterwards. Prints one row per N and the ratios the README quotes.
 Also times `deployer --help` and `status` (startup cost: heavy imports only where used).
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,13 +43,38 @@ def best_of(args: list[str], cwd: Path, n: int = 5) -> float:
     return min(timed(args, cwd)[0] for _ in range(n))
 
 
+def print_ratios(rows: list[dict]) -> None:
+    """T(N)/T(1) within each round (a round starts at each N=1 row), then per N the median
+    of the rounds' ratios with their range, and the median T(N)."""
+    rounds: list[dict[int, float]] = []
+    for r in rows:
+        if r["nodes"] == 1 or not rounds:
+            rounds.append({})
+        rounds[-1][r["nodes"]] = r["up_s"]
+    for i, rnd in enumerate(rounds, 1):
+        if 1 in rnd:
+            ratios = ", ".join(f"T({n})/T(1) = {t / rnd[1]:.2f}" for n, t in rnd.items() if n != 1)
+            print(f"round {i}: " + ", ".join(f"T({n}) {t:.1f}s" for n, t in rnd.items()) + (f"; {ratios}" if ratios else ""))
+    if len(rounds) > 1:
+        for n in sorted({n for rnd in rounds for n in rnd}):
+            times = [rnd[n] for rnd in rounds if n in rnd]
+            ratios = [rnd[n] / rnd[1] for rnd in rounds if n in rnd and 1 in rnd]
+            line = f"N={n}: median T {statistics.median(times):.1f}s (min {min(times):.1f}, max {max(times):.1f})"
+            if n != 1 and ratios:
+                line += f"; T({n})/T(1) median {statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f})"
+            print(line)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="1,2,4,8")
     ap.add_argument("--no-reruns", action="store_true", help="time only the cold `up` of each N (skip re-runs and status)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the whole list of N this many times, interleaved (1,2,4,8,1,2,4,8...): "
+                         "each round's T(N)/T(1) is measured side by side, so a noisy moment shows as one bad round")
     a = ap.parse_args()
     rows = []
-    for n in [int(x) for x in a.nodes.split(",")]:
+    for n in [int(x) for x in a.nodes.split(",")] * a.rounds:
         with tempfile.TemporaryDirectory(prefix="benchup-") as d:
             cwd = Path(d)
             (cwd / "cluster.yaml").write_text(f"name: benchup\nnodes: {n}\nlocal:\n  subnet: 10.80.0.0/24\n  memory_mb: 1024\n")
@@ -72,10 +98,7 @@ def main() -> int:
                 subprocess.run([*DEPLOYER, "down", "--yes"], cwd=cwd, capture_output=True)
     t_help = best_of(["--help"], Path.cwd())
     print(f"deployer --help: {t_help:.3f}s (best of 5)")
-    if rows and rows[0]["nodes"] == 1:
-        t1 = rows[0]["up_s"]
-        for r in rows[1:]:
-            print(f"T({r['nodes']})/T(1) = {r['up_s'] / t1:.2f}")
+    print_ratios(rows)
     print(json.dumps({"rows": rows, "help_s": round(t_help, 3)}))
     return 0
 
