@@ -2,7 +2,8 @@
 """Wall time of `deployer up` for N = 1, 2, 4, 8 local nodes, and of a no-change re-run.
 
 Run as root from the repo root, with the base image already cached (any earlier `up`
-builds it; its package lists are refreshed, when due, before each timed `up`, not in it): `sudo .venv/bin/python scripts/bench_up.py [--nodes 1,2,4,8] [--rounds 3]`.
+builds it; its package lists are refreshed, when due, before each timed `up`, not in it):
+`sudo .venv/bin/python scripts/bench_up.py [--nodes 1,2,4,8] [--rounds 3]`.
 Each N gets a fresh cluster (name `benchup`, its own subnet and state dir) that is
 torn down afterwards. Prints one row per N and the ratios the README quotes.
 Also times `deployer --help` and `status` (startup cost: heavy imports only where used).
@@ -66,6 +67,8 @@ def print_ratios(rows: list[dict]) -> None:
 
 
 def main() -> int:
+    from deployer.providers.lxc import ensure_base_image
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="1,2,4,8")
     ap.add_argument("--no-reruns", action="store_true", help="time only the cold `up` of each N (skip re-runs and status)")
@@ -82,8 +85,6 @@ def main() -> int:
                 # Outside the timing: the image's package lists are refreshed once they are
                 # 30 min old (a new image version, ~8 s); a long run would otherwise pay it
                 # in whichever N crosses that mark, and not in the others.
-                from deployer.providers.lxc import ensure_base_image
-
                 ensure_base_image()
                 t_up, p = timed(["up"], cwd)
                 if p.returncode != 0:

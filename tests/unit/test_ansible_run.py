@@ -6,11 +6,13 @@ integration tier."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import pytest
 import yaml
 
+import deployer.ansible
 from deployer.ansible import run_playbook
 from deployer.errors import OperationFailed
 
@@ -64,9 +66,6 @@ def test_host_key_checking_stays_on_under_ansible_runner(tmp_path):
 def _filter_imports(tmp_path, monkeypatch, warm: str) -> set[str]:
     """Process ids that imported the filter plugins while a 3-task play templated a filter
     in each task (a probe plugin beside the cluster's own records its importer)."""
-    import shutil
-
-    import deployer.ansible
 
     adir = tmp_path / "ansible"
     shutil.copytree(deployer.ansible.ansible_dir(), adir)
