@@ -153,18 +153,25 @@ def test_slurm_node_states_and_queue_are_on_the_cluster_dashboard(slurm_cluster)
     board = dashboard.load_dashboards()["cluster"]
     queries = [q for q in dashboard.panel_queries(board) if "slurm_" in q.expr]
     assert {q.panel for q in queries} == {"Slurm nodes by state", "Slurm queue", "Slurm node states"}
+    # Both nodes idle in every series: the test before this one held worker-1 with a job,
+    # and a series of its old state lasts until the next scrape marks it stale (a node's
+    # states are collected as a set, so two series that disagree show, not the last one).
+    want = {MASTER: {"idle"}, WORKER_1: {"idle"}}
     deadline = time.monotonic() + 90  # the timer writes every 15 s, Prometheus scrapes every 15 s
     while True:
         idle = prometheus_query(slurm_cluster, 'slurm_nodes{state="idle"}')
-        if (idle and idle[0]["value"][1] == "2") or time.monotonic() > deadline:
+        states: dict[str, set[str]] = {}
+        for r in prometheus_query(slurm_cluster, "slurm_node_state == 1"):
+            states.setdefault(r["metric"]["node"], set()).add(r["metric"]["state"])
+        settled = bool(idle) and all(r["value"][1] == "2" for r in idle) and states == want
+        if settled or time.monotonic() > deadline:
             break
         time.sleep(5)
-    assert idle and idle[0]["value"][1] == "2", idle
+    assert idle and all(r["value"][1] == "2" for r in idle), idle
+    assert states == want
     for q in queries:
         expr, missing = dashboard.expand(q.expr, {"__rate_interval": "1m"})
         assert not missing and prometheus_query(slurm_cluster, expr), f"{q.panel}: no data for {expr}"
-    states = {r["metric"]["node"]: r["metric"]["state"] for r in prometheus_query(slurm_cluster, "slurm_node_state == 1")}
-    assert states == {MASTER: "idle", WORKER_1: "idle"}
 
 
 def test_a_worker_deleted_outside_rejoins_slurm_after_up(slurm_cluster):
