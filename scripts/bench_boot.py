@@ -28,7 +28,8 @@ from deployer import boot  # noqa: E402
 from deployer.providers import lxc  # noqa: E402
 
 CLUSTER, BRIDGE, SUBNET = "bootbench", "dplbootbench", "10.97.0"
-TRIMMED_UNITS = ["cloud-init-local.service", "cloud-config.service"]
+# The cloud-init stages the image masks (the others it masks are not cloud-init's).
+TRIMMED_UNITS = [u for u in lxc.MASKED_UNITS if u.startswith("cloud-")]
 
 
 def stock(rootfs: Path) -> None:
