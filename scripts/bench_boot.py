@@ -26,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from deployer import boot  # noqa: E402
 from deployer.providers import lxc  # noqa: E402
+from deployer.spec import ClusterSpec  # noqa: E402
+from deployer.state import ClusterState  # noqa: E402
 
 CLUSTER, BRIDGE, SUBNET = "bootbench", "dplbootbench", "10.97.0"
 # The cloud-init stages the image masks (the others it masks are not cloud-init's).
@@ -50,22 +52,19 @@ def finished(name: str) -> bool:
 
 
 def boot_once(n: int, variant: str, work: Path) -> dict:
-    names = [f"{CLUSTER}-n{i}" for i in range(n)]
-    key = work / "id_ed25519"
-    if not key.exists():
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    # The user-data and host keys as `up` makes them, in a state dir of the bench's own.
+    spec = ClusterSpec(name=CLUSTER, provider="local", nodes=n)
+    state = ClusterState(work / "state", CLUSTER)
+    state.create()
+    boot_dir = boot.write_user_data(spec, state)
+    names = spec.node_names()
     shared = work / "shared"
     shared.mkdir(exist_ok=True)
     lxc.network_up(CLUSTER, BRIDGE, f"{SUBNET}.0/24", f"{SUBNET}.1/24")
     try:
         for i, name in enumerate(names):
-            host_key = work / f"{name}_ed25519"
-            if not host_key.exists():
-                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
-            user_data = work / f"{name}.user-data"
-            user_data.write_text(boot.render_user_data(hostname=name, user="deployer", authorized_key=key.with_suffix(".pub").read_text(),
-                                                       key=boot.HostKey(name, host_key)))
-            lxc.node_create(name, f"{SUBNET}.{10 + i}/24", f"{SUBNET}.1", BRIDGE, f"{shared}:/shared", 1024, user_data)
+            lxc.node_create(name, f"{SUBNET}.{10 + i}/24", f"{SUBNET}.1", BRIDGE, f"{shared}:/shared", 1024,
+                            boot_dir / f"{name}.user-data")
             if variant == "stock":
                 with lxc._mounted(name, lxc.base_rootfs().resolve()):
                     stock(lxc.LXC_PATH / name / "rootfs")

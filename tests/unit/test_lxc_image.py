@@ -8,6 +8,7 @@ is Debian bookworm's, the version the image boots with (`make deps` installs it)
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -25,9 +26,14 @@ UNITS = Path("/lib/systemd/system")
 pytestmark = pytest.mark.skipif(not SCHEMA.exists(), reason="cloud-init not installed (apt-get install cloud-init; `make deps` does)")
 
 
+@functools.cache
+def schema_defs() -> dict:
+    return json.loads(SCHEMA.read_text())["$defs"]
+
+
 def modules_taking(key: str) -> set[str]:
     """The modules whose schema declares `key` (cc_set_hostname -> set_hostname)."""
-    defs = json.loads(SCHEMA.read_text())["$defs"]
+    defs = schema_defs()
     return {name.removeprefix("cc_") for name, d in defs.items() if name.startswith("cc_") and key in d.get("properties", {})}
 
 
@@ -48,10 +54,11 @@ def enabled() -> set[str]:
 def test_every_user_data_key_keeps_every_module_that_reads_it(tmp_path):
     keys = user_data_keys(tmp_path)
     assert {"users", "ssh_keys", "ssh_pwauth", "bootcmd", "hostname"} <= set(keys)
+    runs = enabled()
     for key in keys:
         readers = modules_taking(key)
         assert readers, f"no cloud-init module takes {key!r}: the schema file moved, or the key is wrong"
-        assert readers <= enabled(), f"{key!r} is read by {sorted(readers - enabled())}, which the local image does not run"
+        assert readers <= runs, f"{key!r} is read by {sorted(readers - runs)}, which the local image does not run"
 
 
 def test_the_check_fails_when_a_module_goes(tmp_path, monkeypatch):
