@@ -4,7 +4,8 @@ look-up both it and the controller use.
 This file runs in two places: imported by the deployer on the controller, and copied by
 the `teardown_timer` role to the master, where a systemd timer runs it every few
 minutes with an application credential that may only list and delete servers. So it
-needs openstacksdk and the standard library, nothing of the deployer.
+needs openstacksdk and the standard library, nothing of the deployer, and runs on the
+oldest Python of a supported image (Ubuntu 22.04: 3.10; tests/unit check it with vermin).
 
 On the master it reads the expiry from its own server's metadata (deployer_expires_at,
 which `deployer up --ttl` keeps current), and once that is past, deletes the cluster's
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
+
+UTC = timezone.utc  # noqa: UP017 (datetime.UTC is 3.11+)
 
 CLUSTER_KEY = "deployer_cluster"
 EXPIRY_KEY = "deployer_expires_at"  # also terraform/openstack's metadata key (compute.tf, storage.tf)

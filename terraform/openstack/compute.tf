@@ -26,7 +26,9 @@ data "openstack_images_image_v2" "node" {
 resource "openstack_compute_instance_v2" "node" {
   for_each    = module.design.nodes
   name        = each.key
-  flavor_name = var.flavor_name
+  # The ID the preflight resolved when it ran (openstack.flavor may be a name or an ID).
+  flavor_id   = var.flavor_id
+  flavor_name = var.flavor_id == null ? var.flavor_name : null
   # Booted from a volume (root_volume_size) the image is the volume's source instead.
   image_id  = var.root_volume_size == null ? local.image_id : null
   key_pair  = local.key_pair

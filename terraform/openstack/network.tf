@@ -1,9 +1,11 @@
 # The cluster network: a dedicated network + subnet + router to the external
 # network (create_network = true), or an existing network of the project.
 
+# By ID when the preflight resolved one (a name can be ambiguous or be an ID itself).
 data "openstack_networking_network_v2" "external" {
-  name     = var.external_network
-  external = true
+  name       = var.external_network_id == null ? var.external_network : null
+  network_id = var.external_network_id
+  external   = true
 }
 
 resource "openstack_networking_network_v2" "cluster" {
@@ -41,8 +43,9 @@ resource "openstack_networking_router_interface_v2" "cluster" {
 }
 
 data "openstack_networking_network_v2" "existing" {
-  count = var.create_network ? 0 : 1
-  name  = var.network_name
+  count      = var.create_network ? 0 : 1
+  name       = var.network_id == null ? var.network_name : null
+  network_id = var.network_id
 }
 
 # The deployer's preflight checks that an existing network has exactly one IPv4
@@ -80,7 +83,7 @@ resource "openstack_networking_port_v2" "node" {
 # A floating IP on the master only; workers are reached through it (access = "via_master").
 resource "openstack_networking_floatingip_v2" "master" {
   count       = var.floating_ip == null ? 1 : 0
-  pool        = var.external_network
+  pool        = data.openstack_networking_network_v2.external.name # the API takes a name here
   description = "deployer ${var.cluster_name} master"
   tags        = local.tags
 }

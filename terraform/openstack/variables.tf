@@ -73,6 +73,16 @@ variable "flavor_name" {
   }
 }
 
+variable "flavor_id" {
+  type        = string
+  description = "The flavor's ID as the deployer's preflight resolved flavor_name; null: look flavor_name up."
+  default     = null
+  validation {
+    condition     = var.flavor_id == null || can(regex("^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$", coalesce(var.flavor_id, "x")))
+    error_message = "flavor_id must be a UUID."
+  }
+}
+
 variable "image_name" {
   type        = string
   description = "Glance image name for every node; set this or image_id, not both."
@@ -202,6 +212,26 @@ variable "network_name" {
   validation {
     condition     = var.network_name == null || length(trimspace(coalesce(var.network_name, " "))) > 0
     error_message = "network_name must not be empty; use null with create_network = true."
+  }
+}
+
+variable "network_id" {
+  type        = string
+  description = "The existing network's ID as the preflight resolved network_name; null: look network_name up."
+  default     = null
+  validation {
+    condition     = var.network_id == null || can(regex("^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$", coalesce(var.network_id, "x")))
+    error_message = "network_id must be a UUID."
+  }
+}
+
+variable "external_network_id" {
+  type        = string
+  description = "The external network's ID as the preflight resolved external_network; null: look it up by name."
+  default     = null
+  validation {
+    condition     = var.external_network_id == null || can(regex("^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$", coalesce(var.external_network_id, "x")))
+    error_message = "external_network_id must be a UUID."
   }
 }
 

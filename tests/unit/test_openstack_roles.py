@@ -265,3 +265,34 @@ def test_nvidia_driver_skips_cleanly_without_a_gpu(tmp_path):
     assert "lspci shows no NVIDIA device" in r.stdout and "failed=0" in r.stdout
     r = run_playbook(tmp_path, play, inv, "--check", "-e", "deployer_nvidia_driver_install=false")
     assert r.returncode == 0 and "nvidia_driver_install is false" in r.stdout, r.stdout + r.stderr
+
+
+# ---- the teardown timer on every supported image's Python ------------------------------------------
+
+# The Python 3 of each image docs/openstack.md supports ("Images"): the teardown venv is
+# made with the image's own python3.
+IMAGE_PYTHONS = {"Ubuntu 22.04": "3.10", "Debian 12": "3.11", "Ubuntu 24.04": "3.12"}
+TEARDOWN_SCRIPT = ROOT / "deployer" / "providers" / "openstack_teardown.py"
+
+
+@pytest.mark.parametrize(("image", "python"), sorted(IMAGE_PYTHONS.items()))
+def test_the_teardown_pins_install_on_each_images_python(image, python, tmp_path):
+    """pip resolves the role's pins, dependencies and all, for that Python (wheels only,
+    as for a node with no compiler): openstacksdk 4.22 needed 3.11 and failed on 22.04."""
+    pins = yaml.safe_load((ROLES_DIR / "teardown_timer/defaults/main.yml").read_text())["teardown_timer_packages"]
+    r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
+                        "--python-version", python, "--implementation", "cp", "--platform", "manylinux2014_x86_64",
+                        "-d", str(tmp_path), *pins], capture_output=True, text=True, timeout=600)
+    if r.returncode and ("Could not fetch" in r.stdout + r.stderr or "NewConnectionError" in r.stdout + r.stderr):
+        pytest.skip("PyPI unreachable")
+    assert r.returncode == 0, f"{image} (Python {python}) cannot install {pins}:\n{r.stderr[-2000:]}"
+
+
+def test_the_teardown_script_runs_on_the_oldest_images_python():
+    """vermin reads the script for the lowest Python its syntax and standard library need
+    (datetime.UTC, used before, is 3.11)."""
+    vermin = shutil.which("vermin", path=str(BIN))
+    oldest = min(IMAGE_PYTHONS.values(), key=lambda v: tuple(map(int, v.split("."))))
+    r = subprocess.run([vermin, "--no-tips", "--violations", f"--target={oldest}-", "--eval-annotations",
+                        str(TEARDOWN_SCRIPT)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

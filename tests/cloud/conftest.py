@@ -1,0 +1,81 @@
+"""The test cloud for every test under tests/cloud/: started once for the whole run (about
+two minutes; the services' venv is built once per machine), or the one `make cloud`
+left running reused as it is; stopped when the run ends if this run started it.
+
+Each test acts as a member of project `horovod` (not an admin) through a clouds.yaml of
+its own, and names its cluster uniquely, so tests share the cloud without meeting.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import uuid
+
+import pytest
+import yaml
+
+from . import catalog, testcloud
+
+pytestmark = pytest.mark.cloud
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.cloud)
+
+
+@pytest.fixture(scope="session")
+def test_cloud():
+    if os.geteuid() != 0:
+        pytest.skip("the test cloud runs MariaDB and RabbitMQ as this user: run as root (make test)")
+    for tool in ("mariadbd", "epmd"):
+        if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
+            pytest.skip(f"{tool} is not installed (make deps installs mariadb-server and rabbitmq-server)")
+    shared = testcloud.Cloud.load(testcloud.SHARED_RUN)
+    if shared and shared.alive():
+        yield shared
+        return
+    cloud = testcloud.start()
+    try:
+        yield cloud
+    finally:
+        testcloud.stop(cloud)
+
+
+@pytest.fixture(scope="session")
+def admin(test_cloud):
+    conn = catalog.connect(test_cloud)
+    yield conn
+    conn.close()
+
+
+_names = itertools.count(1)
+
+
+@pytest.fixture
+def cluster_name() -> str:
+    """A cluster name no other test (or earlier run against a reused cloud) uses."""
+    return f"t{uuid.uuid4().hex[:6]}{next(_names)}"
+
+
+@pytest.fixture
+def os_env(test_cloud, tmp_path, monkeypatch):
+    """This test's own clouds.yaml (the cloud's entries), and no OS_* or clouds.yaml of
+    the machine."""
+    for key in list(os.environ):
+        if key.startswith("OS_"):
+            monkeypatch.delenv(key)
+    clouds = tmp_path / "clouds.yaml"
+    clouds.write_text(yaml.safe_dump(test_cloud.clouds()))
+    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(clouds))
+    monkeypatch.setenv("OS_CLIENT_SECURE_FILE", str(tmp_path / "secure.yaml"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / ".config"))
+    monkeypatch.chdir(tmp_path)
+    from openstack.config import loader
+
+    monkeypatch.setattr(loader, "CONFIG_FILES", [])
+    monkeypatch.setattr(loader, "SECURE_FILES", [])
+    return clouds
