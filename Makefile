@@ -4,12 +4,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 NODES ?= 3
 # Debian packages the local provider, the benchmarks and the tests call (Chromium: the
-# notebook test drives the system browser; nothing is downloaded by Selenium).
+# notebook test drives the system browser; nothing is downloaded by Selenium; MariaDB and
+# RabbitMQ: the test cloud's database and broker, started by the tests on 127.0.0.1).
 APT_PACKAGES := lxc debootstrap nftables iproute2 openssh-client openmpi-bin libopenmpi-dev iperf3 cloud-init \
                 prometheus prometheus-pushgateway prometheus-node-exporter pciutils python3-venv \
-                openssh-server chromium chromium-driver
+                openssh-server chromium chromium-driver mariadb-server rabbitmq-server
 
-.PHONY: deps demo test fast unit integration lint clean-demo
+.PHONY: deps demo test fast unit integration cloud-tests cloud cloud-stop lint clean-demo
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,24 +26,37 @@ deps: $(VENV)/.installed
 	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 \
 	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; }
 	@# Debian's prometheus packages start their services on install; the tests run their own.
-	-@systemctl disable --now prometheus prometheus-node-exporter prometheus-pushgateway >/dev/null 2>&1 || true
+	-@systemctl disable --now prometheus prometheus-node-exporter prometheus-pushgateway mariadb rabbitmq-server >/dev/null 2>&1 || true
 
 demo: deps
 	$(VENV)/bin/deployer up --nodes $(NODES)
 	$(VENV)/bin/deployer status
 
+# tests/cloud starts its own OpenStack (tests/cloud/testcloud.py) for the run, or uses the
+# one `make cloud` left running.
 test: deps
-	$(PY) -m pytest tests/unit tests/integration
+	$(PY) -m pytest tests/unit tests/cloud tests/integration
 
 # No root, no cluster, only real parts that take seconds: under a minute (tests/conftest.py).
 fast: deps
-	$(PY) -m pytest -m "not integration and not slow" tests
+	$(PY) -m pytest -m "not integration and not slow and not cloud" tests
 
 unit: deps
 	$(PY) -m pytest tests/unit
 
 integration: deps
 	$(PY) -m pytest tests/integration
+
+cloud-tests: deps
+	$(PY) -m pytest tests/cloud
+
+# A test cloud to use by hand (clouds.yaml path printed; OS_CLIENT_CONFIG_FILE=<it>
+# OS_CLOUD=testcloud openstack ...); the tests reuse it while it runs.
+cloud: deps
+	$(PY) -m tests.cloud.testcloud start
+
+cloud-stop: deps
+	$(PY) -m tests.cloud.testcloud stop
 
 lint: deps
 	$(VENV)/bin/ruff check deployer tests benchmarks

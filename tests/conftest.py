@@ -1,10 +1,12 @@
 """Test tiers (README, "Tests"):
 
-- fast: `pytest -m "not integration and not slow"` (`make fast`): no root, no cluster;
+- fast: `pytest -m "not integration and not slow and not cloud"` (`make fast`): no root, no cluster;
   real parts only where they take seconds (Terraform's parser, a two-task ansible-runner
   play on localhost, a stand-in sshd); under a minute.
 - slow: heavier real parts that need no root (mpirun + torch benchmarks, Prometheus and
   its exporters, Ansible rendering every role, ansible-lint); `make unit` runs both.
+- cloud: a real OpenStack control plane on 127.0.0.1 (root; tests/cloud/testcloud.py),
+  started once for the run; every test under tests/cloud.
 - integration: a real local cluster (root, LXC); every test under tests/integration.
 
 Order: a test marked `destroys_cluster` (it tears the shared local cluster down) runs
@@ -18,7 +20,10 @@ import pytest
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "tests/integration/" in item.nodeid.replace("\\", "/"):
+        path = item.nodeid.replace("\\", "/")
+        if "tests/integration/" in path:
             item.add_marker(pytest.mark.integration)
+        if "tests/cloud/" in path:
+            item.add_marker(pytest.mark.cloud)
     # Stable: the destroying tests keep their own order, after all the others.
     items.sort(key=lambda item: item.get_closest_marker("destroys_cluster") is not None)

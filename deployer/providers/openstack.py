@@ -87,6 +87,12 @@ class OpenStackProvider:
             # expiry updates the servers' metadata in place.
             "expires_at": (state.read_record(state.lifetime_file) or {}).get("expires_at"),
         }
+        if checked is not None:  # what this run's preflight resolved: the module takes IDs as they are
+            values |= {"flavor_id": checked.flavor_id or None, "external_network_id": checked.external_network_id or None,
+                       "network_id": checked.network_id}
+            if checked.image_id:
+                values.pop("image_name", None)
+                values["image_id"] = checked.image_id
         return {k: v for k, v in values.items() if v is not None}
 
     def terraform_env(self, spec: ClusterSpec) -> dict[str, str]:

@@ -6,15 +6,22 @@ may call only the few Nova endpoints that list and delete servers (access rules)
 expires a day after the cluster does. Its secret stays in the state dir's secrets (0600)
 and on the master, root-only. `down` revokes it; a new expiry beyond its own makes a new one.
 
-Access rules need Keystone from Train on; a cloud without them refuses the request,
-and `up` says so. Whether a cloud's Nova matches these paths (its endpoint may carry a
-prefix) can only be seen on that cloud: tested here against recorded API shapes only.
+Keystone's rules, as the test cloud (tests/cloud) answers them:
+- the name is unique per user (409 otherwise): each credential gets a name of its own,
+  so the new one exists before the old one is revoked;
+- a session that itself logged in with a restricted application credential may neither
+  make nor delete one (403): the preflight says so before anything is made;
+- keystonemiddleware matches a rule's path against the whole request path, so the paths
+  come from the compute endpoint in the catalog (a prefix such as /compute, a project id).
 """
 
 from __future__ import annotations
 
+import re
+import secrets
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlparse
 
 from ..lifetime import iso, parse_iso
 from .openstack_observe import session
@@ -22,19 +29,35 @@ from .openstack_session import cloud_errors
 
 MARGIN = timedelta(days=1)  # past the cluster's expiry: the timer's last tries still authenticate
 
-# What openstacksdk calls to list servers, delete them and wait until they are gone
-# (version discovery included). Paths as Nova's access-rule check sees them.
-ACCESS_RULES = [
-    {"service": "compute", "method": "GET", "path": "/"},
-    {"service": "compute", "method": "GET", "path": "/v2.1"},
-    {"service": "compute", "method": "GET", "path": "/v2.1/servers/detail"},
-    {"service": "compute", "method": "GET", "path": "/v2.1/servers/*"},
-    {"service": "compute", "method": "DELETE", "path": "/v2.1/servers/*"},
-]
+
+
+def access_rules(compute_endpoint: str) -> list[dict[str, str]]:
+    """What openstacksdk calls to list servers, delete them and wait until they are gone
+    (version discovery included), as paths under the cloud's own compute endpoint."""
+    api = urlparse(compute_endpoint).path.rstrip("/")  # e.g. /compute/v2.1, /v2.1/<project id>
+    version = re.search(r"/v2(\.\d+)?(?=/|$)", api)
+    root = api[: version.start()] if version else api
+    rules = [("GET", f"{root}/"), ("GET", f"{root}/v2.1"), ("GET", f"{root}/v2.1/"),
+             ("GET", f"{api}/servers/detail"), ("GET", f"{api}/servers/*"), ("DELETE", f"{api}/servers/*")]
+    unique = dict.fromkeys(rules)  # the project-less endpoint's version root is its api path
+    return [{"service": "compute", "method": m, "path": p} for m, p in unique]
 
 
 def name(cluster: str) -> str:
-    return f"deployer-{cluster}-teardown"
+    """A name of its own for each credential: Keystone keeps (user, name) unique, and the
+    new credential is made before the old one is revoked."""
+    return f"deployer-{cluster}-teardown-{secrets.token_hex(3)}"
+
+
+def login_restriction(conn: Any) -> str | None:
+    """Why this session cannot make an application credential, or None when it can: one
+    that logged in with a restricted application credential may not (Keystone: 403)."""
+    access = conn.session.auth.get_access(conn.session)
+    cred = getattr(access, "_application_credential", None) or {}
+    if cred and cred.get("restricted", True):
+        return (f"clouds.yaml logs in with application credential {cred.get('name') or cred.get('id')!r}, which may not "
+                f"make the teardown credential (Keystone allows that only to an --unrestricted one)")
+    return None
 
 
 def needs_new(record: dict[str, Any] | None, cluster_expires_at: str) -> bool:
@@ -54,7 +77,7 @@ def create(env: dict[str, str], cluster: str, cluster_expires_at: str) -> dict[s
             description=f"deployer: the master of cluster {cluster} deletes its servers at the cluster's expiry",
             expires_at=expires.removesuffix("Z"),
             unrestricted=False,
-            access_rules=ACCESS_RULES,
+            access_rules=access_rules(conn.compute.get_endpoint()),
         )
         return {
             "id": made.id, "name": made.name, "secret": made.secret, "expires_at": expires, "user_id": conn.current_user_id,

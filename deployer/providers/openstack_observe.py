@@ -45,10 +45,23 @@ def observe(cluster: str, env: dict[str, str], nodes: list[str]) -> Observation:
         return Observation(nodes=seen, extra=sorted(set(servers) - set(nodes)), other=_other(conn, cluster))
 
 
-def start(cluster: str, env: dict[str, str], server_ids: list[str]) -> None:
+# The action that brings a server of each not-running status back (Nova allows `start`
+# on SHUTOFF only and answers 409 otherwise).
+RESUME = {"SHUTOFF": "start_server", "STOPPED": "start_server", "SUSPENDED": "resume_server", "PAUSED": "unpause_server",
+          "SHELVED": "unshelve_server", "SHELVED_OFFLOADED": "unshelve_server"}
+
+
+def start(cluster: str, env: dict[str, str], server_ids: list[str]) -> list[str]:
+    """Bring each server back by the action its status needs; returns what was done."""
+    done = []
     with session(env) as conn, cloud_errors(conn, f"starting stopped nodes of cluster {cluster}"):
         for sid in server_ids:
-            conn.compute.start_server(sid)
+            server = conn.compute.get_server(sid)
+            action = RESUME.get(server.status)
+            if action:
+                getattr(conn.compute, action)(server)
+                done.append(f"{server.name}: {action.removesuffix('_server')}")
+    return done
 
 
 def cluster_tag(cluster: str) -> str:

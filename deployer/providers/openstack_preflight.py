@@ -37,6 +37,11 @@ class PreflightResult:
     image_id: str
     existing_nodes: list[str]
     warnings: list[str]
+    # What the names resolved to, for terraform/openstack: it looks a name up again
+    # (and cannot tell a name from an ID, or pick among duplicates), an ID it takes as is.
+    flavor_id: str = ""
+    external_network_id: str = ""
+    network_id: str | None = None
 
 
 def _names(items: Any, limit: int = 10) -> str:
@@ -48,22 +53,51 @@ def _names(items: Any, limit: int = 10) -> str:
 ROUTER_INTERFACES = ("network:router_interface", "network:router_interface_distributed", "network:ha_router_replicated_interface")
 
 
-def routed_to(conn: Any, network_id: str, external_id: str) -> bool:
-    """Whether a router with an interface on the network has its gateway on the external network."""
+def routed_to(conn: Any, network_id: str, external_id: str) -> bool | None:
+    """Whether a router with an interface on the network has its gateway on the external
+    network; None when a router is there that this user may not read (another project's)."""
+    import openstack
+
     routers = {p.device_id for p in conn.network.ports(network_id=network_id) if p.device_owner in ROUTER_INTERFACES and p.device_id}
+    hidden = False
     for router_id in routers:
-        router = conn.network.get_router(router_id)
+        try:
+            router = conn.network.get_router(router_id)
+        except openstack.exceptions.NotFoundException:  # Neutron's answer for another project's router
+            hidden = True
+            continue
         if (router.external_gateway_info or {}).get("network_id") == external_id:
             return True
-    return False
+    return None if hidden else False
+
+
+def find_image(conn: Any, ref: str) -> Any:
+    """The image by ID, else by name; of several with that name the newest, as
+    terraform/openstack's look-up (most_recent) picks it. Active ones first."""
+    from .openstack import UUID
+
+    if UUID.match(ref):
+        image = conn.image.find_image(ref, ignore_missing=True)
+        if image is not None:
+            return image
+    named = list(conn.image.images(name=ref))
+    if not named:
+        return None
+    active = [i for i in named if (i.status or "active") == "active"]
+    return max(active or named, key=lambda i: i.created_at or "")
 
 
 def own_servers(conn: Any, cluster: str) -> list[Any]:
     """This cluster's servers: the name filter narrows the list, the metadata that
-    terraform/openstack sets (deployer_cluster) decides; a look-alike name is not ours."""
+    terraform/openstack sets (deployer_cluster) decides; a look-alike name is not ours.
+
+    Nova hands the name filter to the database as a regular expression, and on MySQL or
+    MariaDB (most clouds) it escapes every `|` first (nova.db.utils._safe_regex_mysql):
+    an alternation such as `-(master|worker-N)` matches nothing there. So the filter is
+    the plain prefix and the full pattern is applied here."""
     pattern = re.compile(node_name_pattern(cluster))
     return [
-        s for s in conn.compute.servers(details=True, name=pattern.pattern)
+        s for s in conn.compute.servers(details=True, name=f"^{cluster}-")
         if pattern.match(s.name or "") and (s.metadata or {}).get("deployer_cluster") == cluster
     ]
 
@@ -88,6 +122,14 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool) 
     problems: list[str] = []
     warnings: list[str] = []
 
+    if o.auto_teardown:
+        from .openstack_appcred import login_restriction
+
+        why = login_restriction(conn)
+        if why:
+            problems.append(f"openstack.auto_teardown: {why}; log in with a password in clouds.yaml (or an unrestricted "
+                            f"application credential), or set auto_teardown: false")
+
     with cloud_errors(conn, f"looking up flavor {o.flavor!r}"):
         flavor = conn.compute.find_flavor(o.flavor, ignore_missing=True, get_extra_specs=True)
         if flavor is None:
@@ -96,7 +138,7 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool) 
             problems.append(f"flavor {o.flavor!r} is disabled; choose another openstack.flavor")
 
     with cloud_errors(conn, f"looking up image {o.image!r}"):
-        image = conn.image.find_image(o.image, ignore_missing=True)
+        image = find_image(conn, o.image)
         if image is None:
             problems.append(f"image {o.image!r} not found (by name or ID); set openstack.image to one from `openstack image list`")
         elif (image.status or "active") != "active":
@@ -126,6 +168,7 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool) 
             state = "not found" if ext is None else "is not an external network"
             problems.append(f"external network {o.external_network!r} {state}; set openstack.external_network to one of: {externals}")
 
+    net = None
     if o.network is None:
         room = o.network_cidr.num_addresses - 4  # network, broadcast, gateway (router), DHCP port
         if spec.nodes > room:
@@ -148,12 +191,22 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool) 
                         f"network {o.network!r} has {len(subnets)} IPv4 subnets, the deployer needs exactly one; "
                         f"pick another openstack.network or remove it to create a dedicated one"
                     )
-                elif ext is not None and ext.is_router_external and not routed_to(conn, net.id, ext.id):
-                    problems.append(
-                        f"network {o.network!r} has no router to external network {o.external_network!r}, so the master's "
-                        f"floating IP cannot reach it; add one (openstack router set --external-gateway {o.external_network} R; "
-                        f"openstack router add subnet R {subnets[0].name or subnets[0].id}) or remove openstack.network"
-                    )
+                elif ext is not None and ext.is_router_external:
+                    routed = routed_to(conn, net.id, ext.id)
+                    if routed is False and net.project_id == project_id:
+                        problems.append(
+                            f"network {o.network!r} has no router to external network {o.external_network!r}, so the master's "
+                            f"floating IP cannot reach it; add one (openstack router set --external-gateway {o.external_network} R; "
+                            f"openstack router add subnet R {subnets[0].name or subnets[0].id}) or remove openstack.network"
+                        )
+                    elif not routed:
+                        # A network shared by another project: its router is that project's,
+                        # and Neutron shows a member neither the router nor its ports.
+                        warnings.append(
+                            f"network {o.network!r} belongs to another project, whose router this user cannot see: assuming "
+                            f"it reaches {o.external_network!r}; if the master's floating IP cannot be associated, ask the "
+                            f"network's owners for a router to {o.external_network!r}"
+                        )
 
     if o.key_pair:
         with cloud_errors(conn, f"looking up key pair {o.key_pair!r}"):
@@ -234,6 +287,9 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool) 
         image_id=image.id,
         existing_nodes=existing,
         warnings=warnings,
+        flavor_id=flavor.id,
+        external_network_id=ext.id,
+        network_id=net.id if net is not None else None,
     )
 
 

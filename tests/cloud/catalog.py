@@ -22,9 +22,12 @@ IMAGE_BYTES = b"not a real disk: Nova's fake driver never reads it\n" * 64
 
 
 def connect(cloud: Cloud, user: str = "admin", project: str = "admin"):
+    return connect_as(cloud, user, cloud.passwords["service" if user in SERVICE_USERS else user], project)
+
+
+def connect_as(cloud: Cloud, user: str, password: str, project: str):
     import openstack
 
-    password = cloud.passwords["service" if user in SERVICE_USERS else user]
     return openstack.connect(auth_url=cloud.auth_url, username=user, password=password, project_name=project,
                              user_domain_name="Default", project_domain_name="Default", region_name=REGION,
                              identity_api_version="3")

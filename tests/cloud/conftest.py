@@ -17,13 +17,7 @@ import pytest
 import yaml
 
 from . import catalog, testcloud
-
-pytestmark = pytest.mark.cloud
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        item.add_marker(pytest.mark.cloud)
+from .module_resources import PUBLIC_KEY
 
 
 @pytest.fixture(scope="session")
@@ -79,3 +73,41 @@ def os_env(test_cloud, tmp_path, monkeypatch):
     monkeypatch.setattr(loader, "CONFIG_FILES", [])
     monkeypatch.setattr(loader, "SECURE_FILES", [])
     return clouds
+
+
+@pytest.fixture
+def state(tmp_path):
+    from deployer.state import ClusterState
+
+    st = ClusterState(tmp_path / "state-root", "state")
+    st.ssh_public_key.parent.mkdir(parents=True)
+    st.ssh_public_key.write_text(PUBLIC_KEY + "\n")
+    return st
+
+
+@pytest.fixture
+def own_project(test_cloud, admin, os_env):
+    """A project and member user of this test's own (quotas and usage nobody else
+    touches), as clouds.yaml entry `testcloud`; wiped and deleted afterwards."""
+    import secrets
+
+    from . import module_resources
+
+    name = f"p{uuid.uuid4().hex[:8]}"
+    password = secrets.token_urlsafe(12)
+    idn = admin.identity
+    project = idn.create_project(name=name, domain_id="default")
+    user = idn.create_user(name=name, password=password, domain_id="default", default_project_id=project.id)
+    idn.assign_project_role_to_user(project, user, idn.find_role("member"))
+    clouds = yaml.safe_load(os_env.read_text())
+    entry = clouds["clouds"]["testcloud"]
+    entry["auth"] |= {"username": name, "password": password, "project_name": name}
+    os_env.write_text(yaml.safe_dump(clouds))
+    conn = catalog.connect_as(test_cloud, name, password, name)
+    try:
+        yield conn
+    finally:
+        module_resources.wipe_project(conn)
+        conn.close()
+        idn.delete_user(user)
+        idn.delete_project(project)

@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .testcloud import (OTHER_PROJECT, OTHER_USER, PROJECT, REGION, SERVICES_PROJECT, USER, VENV, log, port_open,
-                        wait_for)
+from .testcloud import REGION, SERVICES_PROJECT, VENV, log, port_open, wait_for
 
 if TYPE_CHECKING:
     from .testcloud import Cloud, Launcher
@@ -80,7 +79,9 @@ class Configs:
     def common(self, name: str) -> dict[str, object]:
         state = self.run / name
         state.mkdir(exist_ok=True)
-        return {"transport_url": self.rabbit, "state_path": state, "debug": False, "use_stderr": True}
+        # A test cloud stops at once: no minute of graceful shutdown per service.
+        return {"transport_url": self.rabbit, "state_path": state, "debug": False, "use_stderr": True,
+                "graceful_shutdown_timeout": 3}
 
     def write(self, name: str, sections: dict[str, dict[str, object]]) -> Path:
         d = self.run / "etc"
@@ -111,7 +112,7 @@ class Configs:
             "DEFAULT": {"debug": False, "use_stderr": True},
             "placement_database": {"connection": self.db("placement")},
             "api": {"auth_strategy": "keystone"},
-            "keystone_authtoken": self.authtoken(),
+            "keystone_authtoken": self.authtoken(service_type="placement"),
         }))
         return path
 
@@ -129,8 +130,10 @@ class Configs:
             "api": {"auth_strategy": "keystone"},
             "api_database": {"connection": self.db("nova_api")},
             "database": {"connection": self.db("nova")},
-            # As on a production cloud: with service_type set, keystonemiddleware
-            # enforces an application credential's access rules on Nova's API.
+            # As DevStack and Kolla configure every service: with service_type set,
+            # keystonemiddleware enforces an application credential's access rules (and
+            # without it refuses such a token outright, even when Nova lists a server's
+            # ports in Neutron on the user's behalf).
             "keystone_authtoken": self.authtoken(service_type="compute"),
             # Nova's calls to Neutron, Cinder and Glance on a user's behalf carry a
             # service token: a restricted credential's rules apply to Nova's API only.
@@ -156,9 +159,11 @@ class Configs:
                         "auth_strategy": "keystone", "api_paste_config": paste, "api_workers": 1, "rpc_workers": 0,
                         "notify_nova_on_port_status_changes": True, "notify_nova_on_port_data_changes": True},
             "database": {"connection": self.db("neutron")},
-            "keystone_authtoken": self.authtoken(),
+            "keystone_authtoken": self.authtoken(service_type="network"),
             "nova": self.service_auth(),
             "oslo_concurrency": {"lock_path": self.run / "neutron" / "locks"},
+            # Room for the tests' clusters side by side (each makes 2 groups and a router).
+            "quotas": {"quota_security_group": 100, "quota_router": 50, "quota_network": 100, "quota_floatingip": 100},
         })
         ml2 = self.write("ml2_conf.ini", {
             "ml2": {"type_drivers": "flat,vxlan", "tenant_network_types": "vxlan", "mechanism_drivers": "deployer_bind",
@@ -177,7 +182,7 @@ class Configs:
         path.write_text(ini({
             "DEFAULT": {"debug": False, "use_stderr": True, "enabled_backends": "fs:file"},
             "database": {"connection": self.db("glance")},
-            "keystone_authtoken": self.authtoken(),
+            "keystone_authtoken": self.authtoken(service_type="image"),
             "paste_deploy": {"flavor": "keystone"},
             "glance_store": {"default_backend": "fs"},
             "fs": {"filesystem_store_datadir": store / "images"},
@@ -197,7 +202,7 @@ class Configs:
                         "osapi_volume_workers": 1},
             "fake": {"volume_driver": "cinder.tests.fake_driver.FakeLoggingVolumeDriver", "volume_backend_name": "fake"},
             "database": {"connection": self.db("cinder")},
-            "keystone_authtoken": self.authtoken(),
+            "keystone_authtoken": self.authtoken(service_type="block-storage"),
             "nova": self.service_auth(),
             "oslo_concurrency": {"lock_path": self.run / "cinder" / "locks"},
             "coordination": {"backend_url": f"file://{self.run / 'cinder' / 'coordination'}"},

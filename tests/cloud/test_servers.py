@@ -1,0 +1,108 @@
+"""observe, repair, `gc --cloud` and delete-by-metadata against the test cloud, on
+resources made the way terraform/openstack makes them (module_resources.py): real
+servers in every Nova state, real Neutron tags, a real Cinder volume attached."""
+
+from __future__ import annotations
+
+import pytest
+
+from deployer import gc
+from deployer.errors import OperationFailed
+from deployer.providers.base import Machine, Observation
+from deployer.providers.openstack import OpenStackProvider
+from deployer.providers.openstack_delete import delete_cluster
+from deployer.providers.openstack_observe import observe
+
+from . import module_resources
+from .test_preflight import make_spec
+
+ENV = {"OS_CLOUD": "testcloud"}
+
+
+@pytest.fixture
+def member(own_project):
+    return own_project
+
+
+def test_observe_sees_each_node_and_what_carries_the_tag(os_env, member, cluster_name):
+    c = cluster_name
+    made = module_resources.make_cluster(member, c, 4)
+    member.compute.stop_server(made.servers[f"{c}-worker-1"])
+    member.compute.wait_for_server(made.servers[f"{c}-worker-1"], status="SHUTOFF", wait=60)
+    member.compute.delete_server(made.servers[f"{c}-worker-2"])
+    member.compute.wait_for_delete(made.servers[f"{c}-worker-2"], wait=60)
+    seen = observe(c, ENV, [f"{c}-master", f"{c}-worker-1", f"{c}-worker-2"])
+    assert {n: m.state for n, m in seen.nodes.items()} == {
+        f"{c}-master": "running", f"{c}-worker-1": "stopped", f"{c}-worker-2": "missing"}
+    assert seen.nodes[f"{c}-master"].id == made.servers[f"{c}-master"].id
+    assert seen.extra == [f"{c}-worker-3"]
+    other = set(seen.other)
+    for thing in (f"network {c}-net", f"router {c}-router", f"security group {c}-cluster", f"security group {c}-master",
+                  f"volume {c}-shared", f"key pair {c}-key", f"floating IP {made.floating_ip.floating_ip_address}",
+                  f"port {c}-master-port"):
+        assert thing in other, (thing, sorted(other))
+
+
+def test_a_look_alike_is_not_ours(os_env, member, cluster_name):
+    """Named like our nodes, without our metadata: not observed, not deleted."""
+    c = cluster_name
+    module_resources.make_cluster(member, f"{c}", 1, volume=False, floating_ip=False)
+    server = next(iter(member.compute.servers(name=f"^{c}-master$")))
+    member.compute.set_server_metadata(server, deployer_cluster="someone-else")
+    seen = observe(c, ENV, [f"{c}-master"])
+    assert seen.nodes[f"{c}-master"].state == "missing"
+
+
+# Nova's action for each not-running status, and the action that put it there.
+STATES = {"SHUTOFF": "stop_server", "SUSPENDED": "suspend_server", "PAUSED": "pause_server", "SHELVED_OFFLOADED": "shelve_server"}
+
+
+def test_repair_brings_back_a_server_from_every_stopped_state(os_env, member, state, cluster_name):
+    """Nova starts only a SHUTOFF server (409 otherwise): a suspended one is resumed, a
+    paused one unpaused, a shelved one unshelved."""
+    c = cluster_name
+    made = module_resources.make_cluster(member, c, 1 + len(STATES), volume=False, floating_ip=False)
+    workers = {status: made.servers[f"{c}-worker-{i}"] for i, status in enumerate(STATES, 1)}
+    for status, server in workers.items():
+        getattr(member.compute, STATES[status])(server)
+    for status, server in workers.items():
+        member.compute.wait_for_server(server, status=status, wait=120)
+    names = list(made.servers)
+    seen = observe(c, ENV, names)
+    assert sorted(n for n, m in seen.nodes.items() if m.state == "stopped") == sorted(s.name for s in workers.values())
+    fix = OpenStackProvider().repair(make_spec(c, nodes=len(names)), state, {}, seen)
+    assert sorted(fix.started) == sorted(s.name for s in workers.values())
+    for server in workers.values():
+        assert member.compute.wait_for_server(server, status="ACTIVE", wait=180).status == "ACTIVE"
+
+
+def test_repair_of_nothing_stopped_calls_nothing(os_env, state, cluster_name):
+    seen = Observation(nodes={f"{cluster_name}-master": Machine("running", "x")})
+    assert OpenStackProvider().repair(make_spec(cluster_name, nodes=1), state, {}, seen).started == []
+
+
+def test_gc_deletes_an_expired_cloud_only_cluster_and_nothing_else(os_env, member, tmp_path, cluster_name):
+    old, keep, fresh = f"{cluster_name}o", f"{cluster_name}k", f"{cluster_name}f"
+    module_resources.make_cluster(member, old, 2, expires_at="2026-11-20T08:00:00Z", cidr="192.168.77.0/24")
+    module_resources.make_cluster(member, keep, 1, volume=False, floating_ip=False, cidr="192.168.78.0/24")  # no expiry
+    module_resources.make_cluster(member, fresh, 1, volume=False, floating_ip=False, expires_at="2099-01-01T00:00:00Z",
+                                  cidr="192.168.79.0/24")
+    lookalike = member.network.create_network(name=f"{old}-net")  # someone's, untagged
+    found = gc.find(tmp_path / "no-state", "testcloud", gc.parse_iso("2026-11-23T12:00:00Z"))
+    assert [(e.name, sorted(e.servers)) for e in found] == [(old, [f"{old}-master", f"{old}-worker-1"])]
+    for dry in (False, True):  # listing and --dry-run change nothing
+        results = gc.collect_and_act(tmp_path / "no-state", cloud="testcloud", destroy=False, dry_run=dry)
+        assert [r["action"] for r in results] == ["would destroy" if dry else "listed"]
+    assert len(module_resources.leftovers(member, old)) > 5
+    results = gc.collect_and_act(tmp_path / "no-state", cloud="testcloud", destroy=True, dry_run=False)
+    assert [(r["name"], r["action"]) for r in results] == [(old, "destroyed")]
+    assert module_resources.leftovers(member, old) == [f"network {old}-net"]  # the look-alike only
+    assert member.network.get_network(lookalike.id)
+    assert module_resources.leftovers(member, keep) and module_resources.leftovers(member, fresh)
+
+
+def test_delete_by_metadata_refuses_a_name_no_server_vouches_for(os_env, member, cluster_name):
+    member.network.create_network(name=f"{cluster_name}-net")
+    with pytest.raises(OperationFailed, match=f"nothing proves '{cluster_name}' is a deployer cluster"):
+        delete_cluster(ENV, cluster_name, say=lambda _: None)
+    assert module_resources.leftovers(member, cluster_name) == [f"network {cluster_name}-net"]

@@ -1,0 +1,147 @@
+"""The master's teardown credential against Keystone and Nova: made, kept, renewed after
+`--ttl`, revoked; its access rules accepted by Nova (behind a /compute prefix, as
+keystonemiddleware matches the whole path); the teardown script run with it; and clouds
+whose clouds.yaml logs in with an application credential."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import yaml
+
+from deployer.errors import PreflightError
+from deployer.lifetime import iso, now, parse_iso
+from deployer.providers import openstack_preflight as pf
+from deployer.providers.openstack import OpenStackProvider, read_teardown_credential
+from deployer.providers.openstack_teardown import main as teardown_main
+from deployer.spec import ClusterSpec
+from deployer.state import ClusterState
+
+from . import module_resources
+from .test_preflight import make_spec
+
+
+def at(hours: float) -> str:
+    """An expiry `hours` from now (Keystone refuses a credential that expired already)."""
+    return iso(now() + timedelta(hours=hours))
+
+
+def _spec(cluster: str, auto: bool = True) -> ClusterSpec:
+    return make_spec(cluster, nodes=2, ttl="8h", auto_teardown=auto)
+
+
+def _state(tmp_path, cluster: str, expires: str) -> ClusterState:
+    st = ClusterState(tmp_path / "state", cluster)
+    st.create()
+    st.write_record(st.lifetime_file, {"ttl": "8h", "set_at": at(0), "expires_at": expires})
+    return st
+
+
+def _creds(conn) -> dict[str, object]:
+    return {c.id: c for c in conn.identity.application_credentials(user=conn.current_user_id)}
+
+
+def _clouds_with_credential(os_env, test_cloud, record: dict) -> str:
+    clouds = yaml.safe_load(os_env.read_text())
+    clouds["clouds"]["teardown"] = {
+        "auth_type": "v3applicationcredential", "region_name": "RegionOne", "identity_api_version": 3,
+        "auth": {"auth_url": test_cloud.auth_url, "application_credential_id": record["id"],
+                 "application_credential_secret": record["secret"]}}
+    os_env.write_text(yaml.safe_dump(clouds))
+    return "teardown"
+
+
+def test_made_kept_renewed_and_revoked(os_env, own_project, tmp_path, cluster_name):
+    provider = OpenStackProvider()
+    expires = at(8)
+    st = _state(tmp_path, cluster_name, expires)
+    provider.prepare(_spec(cluster_name), st)
+    first = read_teardown_credential(st)
+    made = _creds(own_project)[first["id"]]
+    assert made.unrestricted is False and first["expires_at"] == iso(parse_iso(expires) + timedelta(days=1))
+    assert {(r["method"], r["path"]) for r in made.access_rules} >= {("DELETE", "/compute/v2.1/servers/*")}
+
+    provider.prepare(_spec(cluster_name), st)  # the same expiry: the same credential
+    assert read_teardown_credential(st)["id"] == first["id"] and len(_creds(own_project)) == 1
+
+    # `up --ttl` past the credential's life: a new one, then the old one revoked. The new
+    # one used to take the old one's name, and Keystone answered 409.
+    st.write_record(st.lifetime_file, {"ttl": "3d", "set_at": at(0), "expires_at": at(72)})
+    provider.prepare(_spec(cluster_name), st)
+    second = read_teardown_credential(st)
+    assert second["id"] != first["id"] and set(_creds(own_project)) == {second["id"]}
+
+    provider.prepare(_spec(cluster_name, auto=False), st)  # switched off: revoked, forgotten
+    assert _creds(own_project) == {} and read_teardown_credential(st) is None
+
+
+def test_nova_accepts_the_credential_and_the_timer_deletes_only_its_cluster(os_env, own_project, tmp_path, cluster_name,
+                                                                             test_cloud, capsys):
+    ours, theirs = cluster_name, f"{cluster_name}b"
+    made = module_resources.make_cluster(own_project, ours, 2, volume=False, floating_ip=False, expires_at=at(-1))
+    other = module_resources.make_cluster(own_project, theirs, 1, volume=False, floating_ip=False, cidr="192.168.78.0/24",
+                                          expires_at=at(-1))
+    st = _state(tmp_path, ours, at(-1))
+    OpenStackProvider().prepare(_spec(ours), st)
+    entry = _clouds_with_credential(os_env, test_cloud, read_teardown_credential(st))
+    master = made.servers[f"{ours}-master"].id
+
+    # --check: authenticates, lists and reads the expiry through Nova's access-rule check.
+    assert teardown_main(["--cloud", entry, "--cluster", ours, "--server-id", master, "--check"]) == 0
+    assert f"credential works: 2 server(s) of {ours}" in capsys.readouterr().out
+
+    assert teardown_main(["--cloud", entry, "--cluster", ours, "--server-id", master]) == 0
+    for server in made.servers.values():
+        own_project.compute.wait_for_delete(server, wait=120)
+    left = {s.name for s in own_project.compute.servers()}
+    assert left == {f"{theirs}-master"}, "another cluster's servers stay"
+    assert other.servers[f"{theirs}-master"].id in {s.id for s in own_project.compute.servers()}
+
+
+def test_a_credential_may_not_do_what_its_rules_do_not_name(os_env, own_project, tmp_path, cluster_name, test_cloud):
+    import openstack
+
+    module_resources.make_cluster(own_project, cluster_name, 1, volume=False, floating_ip=False)
+    st = _state(tmp_path, cluster_name, at(8))
+    OpenStackProvider().prepare(_spec(cluster_name), st)
+    entry = _clouds_with_credential(os_env, test_cloud, read_teardown_credential(st))
+    conn = openstack.connect(cloud=entry)
+    print("RULES", _creds(own_project)[read_teardown_credential(st)["id"]].access_rules)
+    assert list(conn.compute.servers())  # named by the rules
+    with pytest.raises(openstack.exceptions.HttpException) as e:  # not named: refused by Nova's middleware
+        list(conn.compute.keypairs())
+    assert e.value.status_code == 401
+    with pytest.raises(openstack.exceptions.HttpException):  # nor another service
+        list(conn.network.networks())
+
+
+# ---- clouds.yaml that logs in with an application credential -------------------------------------
+
+
+def _login_credential(os_env, own_project, unrestricted: bool) -> None:
+    cred = own_project.identity.create_application_credential(user=own_project.current_user_id, name="login",
+                                                              unrestricted=unrestricted)
+    clouds = yaml.safe_load(os_env.read_text())
+    auth = clouds["clouds"]["testcloud"]["auth"]
+    clouds["clouds"]["testcloud"] = {
+        "auth_type": "v3applicationcredential", "region_name": "RegionOne", "identity_api_version": 3,
+        "auth": {"auth_url": auth["auth_url"], "application_credential_id": cred.id, "application_credential_secret": cred.secret}}
+    os_env.write_text(yaml.safe_dump(clouds))
+
+
+def test_an_application_credential_login_works_for_everything_but_auto_teardown(os_env, own_project, state):
+    _login_credential(os_env, own_project, unrestricted=False)
+    pf.check(make_spec())  # preflight as such: fine
+    with pytest.raises(PreflightError) as e:  # Keystone would answer 403 when `up` makes the teardown credential
+        pf.check(make_spec(ttl="8h", auto_teardown=True))
+    msg = str(e.value)
+    assert "logs in with application credential 'login'" in msg and "auto_teardown: false" in msg and "\n" not in msg
+
+
+def test_an_unrestricted_application_credential_may_make_the_teardown_credential(os_env, own_project, tmp_path, cluster_name):
+    _login_credential(os_env, own_project, unrestricted=True)
+    pf.check(make_spec(cluster_name, ttl="8h", auto_teardown=True))
+    st = _state(tmp_path, cluster_name, at(8))
+    OpenStackProvider().prepare(_spec(cluster_name), st)
+    assert read_teardown_credential(st)["name"].startswith(f"deployer-{cluster_name}-teardown-")
