@@ -24,8 +24,8 @@ data "openstack_images_image_v2" "node" {
 }
 
 resource "openstack_compute_instance_v2" "node" {
-  for_each    = module.design.nodes
-  name        = each.key
+  for_each = module.design.nodes
+  name     = each.key
   # The ID the preflight resolved when it ran (openstack.flavor may be a name or an ID).
   flavor_id   = var.flavor_id
   flavor_name = var.flavor_id == null ? var.flavor_name : null

@@ -395,3 +395,41 @@ def test_enable_gpu_on_cpu_flavor_warns(os_env, state, capsys):
     OpenStackProvider().preflight(make_spec(enable_gpu=True), state)
     err = capsys.readouterr().err
     assert "warning:" in err and "asks for no GPU" in err and "m1.large" in err
+
+
+def test_resumed_cluster_needs_no_shared_resources_again(own_project, quotas, cluster):
+    """Terraform's state has the network, volume and floating IP but no server yet (an
+    interrupted first apply): those are not needed a second time."""
+    quotas.network(floatingip=1)
+    own_project.network.create_ip(floating_network_id=own_project.network.find_network("public").id,
+                                  description=f"deployer {cluster} master")
+    with pytest.raises(PreflightError, match="floating IPs: need 1"):
+        pf.check(make_spec(cluster))
+    pf.check(make_spec(cluster), cluster_exists=True)
+
+
+@pytest.fixture
+def diskless_flavor(admin, cluster):
+    """A GPU-like flavor with no root disk (common on GPU clouds), made for one test."""
+    flavor = admin.compute.create_flavor(name=f"{cluster}.nodisk", vcpus=2, ram=2048, disk=0, is_public=True)
+    admin.compute.create_flavor_extra_specs(flavor, {"resources:VGPU": "1"})
+    yield flavor.name
+    admin.compute.delete_flavor(flavor)
+
+
+def test_flavor_without_root_disk_asks_for_boot_from_volume(os_env, diskless_flavor):
+    with pytest.raises(PreflightError, match=rf"flavor '{diskless_flavor}' has no root disk \(0 GB\): boot from a volume with openstack.root_volume_size"):
+        pf.check(make_spec(flavor=diskless_flavor, enable_gpu=True))
+    pf.check(make_spec(flavor=diskless_flavor, enable_gpu=True, root_volume_size=100))
+
+
+def test_image_larger_than_the_root_disk(os_env, member, cluster):
+    image = member.image.create_image(name=f"{cluster}-big", disk_format="raw", container_format="bare", data=b"x" * 512,
+                                      min_disk=100)
+    try:
+        with pytest.raises(PreflightError, match="set openstack.root_volume_size to 100 or more"):
+            pf.check(make_spec(image=image.name, root_volume_size=40))
+        with pytest.raises(PreflightError, match=r"needs a 100 GB root disk, flavor 'm1.large' has 80 GB.*root_volume_size: 100"):
+            pf.check(make_spec(image=image.name))
+    finally:
+        member.image.delete_image(image)

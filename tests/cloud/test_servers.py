@@ -106,3 +106,7 @@ def test_delete_by_metadata_refuses_a_name_no_server_vouches_for(os_env, member,
     with pytest.raises(OperationFailed, match=f"nothing proves '{cluster_name}' is a deployer cluster"):
         delete_cluster(ENV, cluster_name, say=lambda _: None)
     assert module_resources.leftovers(member, cluster_name) == [f"network {cluster_name}-net"]
+
+
+def test_observe_of_a_cluster_with_nothing_left(os_env, cluster_name):
+    assert observe(cluster_name, ENV, [f"{cluster_name}-master"]).remaining() == []

@@ -107,7 +107,6 @@ def test_a_credential_may_not_do_what_its_rules_do_not_name(os_env, own_project,
     OpenStackProvider().prepare(_spec(cluster_name), st)
     entry = _clouds_with_credential(os_env, test_cloud, read_teardown_credential(st))
     conn = openstack.connect(cloud=entry)
-    print("RULES", _creds(own_project)[read_teardown_credential(st)["id"]].access_rules)
     assert list(conn.compute.servers())  # named by the rules
     with pytest.raises(openstack.exceptions.HttpException) as e:  # not named: refused by Nova's middleware
         list(conn.compute.keypairs())
@@ -145,3 +144,25 @@ def test_an_unrestricted_application_credential_may_make_the_teardown_credential
     st = _state(tmp_path, cluster_name, at(8))
     OpenStackProvider().prepare(_spec(cluster_name), st)
     assert read_teardown_credential(st)["name"].startswith(f"deployer-{cluster_name}-teardown-")
+
+
+def test_before_the_expiry_or_for_another_server_the_timer_deletes_nothing(os_env, own_project, cluster_name):
+    from deployer.providers.openstack_observe import session
+    from deployer.providers.openstack_teardown import teardown
+
+    made = module_resources.make_cluster(own_project, cluster_name, 2, volume=False, floating_ip=False, expires_at=at(2))
+    master = made.servers[f"{cluster_name}-master"].id
+    with session({"OS_CLOUD": "testcloud"}) as conn:
+        assert teardown(conn, cluster_name, master, now(), say=lambda _: None) == []
+        assert teardown(conn, cluster_name, "not-a-server-of-it", now() + timedelta(hours=3), say=lambda _: None) == []
+        # Past the expiry: the workers first, then the master (the master's own call goes last).
+        assert teardown(conn, cluster_name, master, now() + timedelta(hours=3), say=lambda _: None) == [
+            f"{cluster_name}-worker-1", f"{cluster_name}-master"]
+
+
+def test_down_revokes_the_credential(os_env, own_project, tmp_path, cluster_name):
+    st = _state(tmp_path, cluster_name, at(8))
+    OpenStackProvider().prepare(_spec(cluster_name), st)
+    assert len(_creds(own_project)) == 1
+    OpenStackProvider().forget(st, {"OS_CLOUD": "testcloud"})
+    assert _creds(own_project) == {}
