@@ -1,6 +1,6 @@
-"""The test cloud for every test under tests/cloud/: started once for the whole run (about
+"""The test cloud for every test under tests/cloud/: started once for them all (about
 two minutes; the services' venv is built once per machine), or the one `make cloud`
-left running reused as it is; stopped when the run ends if this run started it.
+left running reused as it is; stopped after the last of them if this run started it.
 
 Each test acts as a member of project `horovod` (not an admin) through a clouds.yaml of
 its own, and names its cluster uniquely, so tests share the cloud without meeting.
@@ -20,7 +20,9 @@ from . import catalog, testcloud
 from .module_resources import PUBLIC_KEY
 
 
-@pytest.fixture(scope="session")
+# Package scope: the cloud (2.3 GB, periodic tasks on 2 cores) is stopped as soon as the
+# last test here has run, before the local cluster's tests start.
+@pytest.fixture(scope="package")
 def test_cloud():
     if os.geteuid() != 0:
         pytest.skip("the test cloud runs MariaDB and RabbitMQ as this user: run as root (make test)")
@@ -38,7 +40,7 @@ def test_cloud():
         testcloud.stop(cloud)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def admin(test_cloud):
     conn = catalog.connect(test_cloud)
     yield conn
