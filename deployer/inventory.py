@@ -84,6 +84,7 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
         # Only with auto_teardown: a node's id in the inventory would make every
         # replaced node a reason to reconfigure all of them (drift.py).
         "deployer_teardown_server_id": cluster["nodes"][0].get("id") if auto_teardown else None,
+        "deployer_teardown_worker_ids": [n.get("id") for n in cluster["nodes"][1:]] if auto_teardown else [],
         "deployer_teardown_script": str(Path(__file__).parent / "providers" / "openstack_teardown.py"),
     }
     return {

@@ -80,8 +80,9 @@ class Provider(Protocol):
         stopped nodes, restore the network; name the missing nodes Terraform must recreate."""
 
     def place(self, spec: "ClusterSpec", state: "ClusterState", cluster: dict[str, Any]) -> str | None:
-        """Host-side settings that follow the cluster's size, after Terraform (local: each
-        node's cores); returns a line for the user, or None."""
+        """Settings that follow the cluster's machines, after Terraform (local: each node's
+        cores; OpenStack: the teardown credential naming the servers); returns a line for
+        the user, or None."""
 
     def forget(self, state: "ClusterState", env: dict[str, str]) -> None:
         """After a destroy that left nothing: revoke what the provider made outside

@@ -104,24 +104,8 @@ class OpenStackProvider:
         return f'openstack_compute_instance_v2.node["{node}"]'
 
     def prepare(self, spec: ClusterSpec, state: ClusterState) -> None:
-        """The master's teardown credential (openstack.auto_teardown): made before the
-        nodes, renewed when the cluster now outlives it, revoked when the option is off."""
-        from . import openstack_appcred as appcred
-
-        record = read_teardown_credential(state)
-        life = state.read_record(state.lifetime_file)
-        env = self.terraform_env(spec)
-        if spec.openstack.auto_teardown and life:
-            if appcred.needs_new(record, life["expires_at"]):
-                made = appcred.create(env, spec.name, life["expires_at"])
-                _write_secret(teardown_credential_file(state), made)
-                if record:
-                    appcred.revoke(env, record)
-                ui.info(f"  teardown credential {made['name']}: the master deletes the servers at expiry (valid until {made['expires_at']})")
-        elif record:
-            appcred.revoke(env, record)
-            teardown_credential_file(state).unlink()
-            ui.info(f"  teardown credential {record['name']} revoked (auto_teardown is off)")
+        """Nothing before Terraform: the teardown credential names the servers, so it is
+        made after them (place)."""
 
     def forget(self, state: ClusterState, env: dict[str, str]) -> None:
         record = read_teardown_credential(state)
@@ -151,7 +135,29 @@ class OpenStackProvider:
         return Repair(started=stopped)
 
     def place(self, spec: ClusterSpec, state: ClusterState, cluster: dict[str, Any]) -> str | None:
-        """Each VM has its flavor's vCPUs: nothing to place."""
+        """After Terraform: the master's teardown credential (openstack.auto_teardown),
+        whose access rules name each of this cluster's servers. Made anew when the servers
+        change (scale, a replaced node) or the cluster now outlives it, then the old one
+        revoked; revoked when the option is off."""
+        from . import openstack_appcred as appcred
+
+        record = read_teardown_credential(state)
+        life = state.read_record(state.lifetime_file)
+        env = self.terraform_env(spec)
+        if spec.openstack.auto_teardown and life:
+            server_ids = [n["id"] for n in cluster["nodes"]]  # the master first
+            if not appcred.needs_new(record, life["expires_at"], server_ids):
+                return None
+            made = appcred.create(env, spec.name, life["expires_at"], server_ids)
+            _write_secret(teardown_credential_file(state), made)
+            if record:
+                appcred.revoke(env, record)
+            return (f"teardown credential {made['name']}: the master deletes these {len(server_ids)} servers at expiry "
+                    f"(valid until {made['expires_at']})")
+        if record:
+            appcred.revoke(env, record)
+            teardown_credential_file(state).unlink()
+            return f"teardown credential {record['name']} revoked (auto_teardown is off)"
         return None
 
     def boot_log_hint(self, node: str) -> str:

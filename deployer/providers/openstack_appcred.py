@@ -1,10 +1,12 @@
 """The application credential of the master's teardown timer (openstack.auto_teardown).
 
-`up` makes it with the user's own credentials; it is scoped to the cluster's project (as
-every application credential is), cannot make other credentials (unrestricted: false),
-may call only the few Nova endpoints that list and delete servers (access rules), and
+`up` makes it with the user's own credentials once Terraform has made the servers; it is
+scoped to the cluster's project (as every application credential is), cannot make other
+credentials (unrestricted: false), may read and delete only this cluster's servers, each
+named by its id in the access rules (no listing: it cannot even see another server), and
 expires a day after the cluster does. Its secret stays in the state dir's secrets (0600)
-and on the master, root-only. `down` revokes it; a new expiry beyond its own makes a new one.
+and on the master, root-only. `down` revokes it; a new expiry beyond its own, or another
+set of servers (scale, a replaced node), makes a new one.
 
 Keystone's rules, as the test cloud (tests/cloud) answers them:
 - the name is unique per user (409 otherwise): each credential gets a name of its own,
@@ -31,14 +33,15 @@ MARGIN = timedelta(days=1)  # past the cluster's expiry: the timer's last tries 
 
 
 
-def access_rules(compute_endpoint: str) -> list[dict[str, str]]:
-    """What openstacksdk calls to list servers, delete them and wait until they are gone
-    (version discovery included), as paths under the cloud's own compute endpoint."""
+def access_rules(compute_endpoint: str, server_ids: list[str]) -> list[dict[str, str]]:
+    """What openstacksdk calls to read each of `server_ids`, delete it and wait until it
+    is gone (version discovery included), as paths under the cloud's own compute endpoint."""
     api = urlparse(compute_endpoint).path.rstrip("/")  # e.g. /compute/v2.1, /v2.1/<project id>
     version = re.search(r"/v2(\.\d+)?(?=/|$)", api)
     root = api[: version.start()] if version else api
-    rules = [("GET", f"{root}/"), ("GET", f"{root}/v2.1"), ("GET", f"{root}/v2.1/"),
-             ("GET", f"{api}/servers/detail"), ("GET", f"{api}/servers/*"), ("DELETE", f"{api}/servers/*")]
+    rules = [("GET", f"{root}/"), ("GET", f"{root}/v2.1"), ("GET", f"{root}/v2.1/")]
+    for sid in server_ids:
+        rules += [("GET", f"{api}/servers/{sid}"), ("DELETE", f"{api}/servers/{sid}")]
     unique = dict.fromkeys(rules)  # the project-less endpoint's version root is its api path
     return [{"service": "compute", "method": m, "path": p} for m, p in unique]
 
@@ -60,15 +63,17 @@ def login_restriction(conn: Any) -> str | None:
     return None
 
 
-def needs_new(record: dict[str, Any] | None, cluster_expires_at: str) -> bool:
-    """No credential yet, or it would expire before the cluster's new expiry (+ margin)."""
-    if not record:
+def needs_new(record: dict[str, Any] | None, cluster_expires_at: str, server_ids: list[str]) -> bool:
+    """No credential yet, one for other servers, or one that would expire before the
+    cluster's new expiry (+ margin)."""
+    if not record or record.get("server_ids") != server_ids:
         return True
     return parse_iso(record["expires_at"]) < parse_iso(cluster_expires_at) + MARGIN
 
 
-def create(env: dict[str, str], cluster: str, cluster_expires_at: str) -> dict[str, Any]:
-    """A new credential; what the master's clouds.yaml needs, the secret included."""
+def create(env: dict[str, str], cluster: str, cluster_expires_at: str, server_ids: list[str]) -> dict[str, Any]:
+    """A new credential for exactly `server_ids` (the master first); what the master's
+    clouds.yaml needs, the secret included."""
     expires = iso(parse_iso(cluster_expires_at) + MARGIN)
     with session(env) as conn, cloud_errors(conn, f"creating the teardown credential of cluster {cluster}"):
         made = conn.identity.create_application_credential(
@@ -77,10 +82,11 @@ def create(env: dict[str, str], cluster: str, cluster_expires_at: str) -> dict[s
             description=f"deployer: the master of cluster {cluster} deletes its servers at the cluster's expiry",
             expires_at=expires.removesuffix("Z"),
             unrestricted=False,
-            access_rules=access_rules(conn.compute.get_endpoint()),
+            access_rules=access_rules(conn.compute.get_endpoint(), server_ids),
         )
         return {
             "id": made.id, "name": made.name, "secret": made.secret, "expires_at": expires, "user_id": conn.current_user_id,
+            "server_ids": server_ids,
             "auth_url": conn.config.get_auth_args().get("auth_url"),
             "region_name": conn.config.get_region_name() or None,
             "interface": conn.config.get_interface() or "public",

@@ -1,19 +1,20 @@
 """The master's own teardown at expiry (spec openstack.auto_teardown), and the server
-look-up both it and the controller use.
+look-up the controller uses.
 
 This file runs in two places: imported by the deployer on the controller, and copied by
 the `teardown_timer` role to the master, where a systemd timer runs it every few
-minutes with an application credential that may only list and delete servers. So it
-needs openstacksdk and the standard library, nothing of the deployer, and runs on the
+minutes with an application credential whose access rules name this cluster's servers,
+one by one: it may read and delete those and nothing else (not even list). So it needs
+openstacksdk and the standard library, nothing of the deployer, and runs on the
 oldest Python of a supported image (Ubuntu 22.04: 3.10; tests/unit check it with vermin).
 
 On the master it reads the expiry from its own server's metadata (deployer_expires_at,
 which `deployer up --ttl` keeps current), and once that is past, deletes the cluster's
-other servers, waits for them, and deletes its own server last. What it cannot delete
-(the master would cut off its own way to the API, or the resources are in use until it
-is gone): the ports, floating IP, router, network, security groups, key pair and the
-shared volume. Those cost no GPU-hours; `deployer down` or `deployer gc --yes` removes
-them.
+other servers (by the ids it was given, each checked to carry this cluster's metadata),
+waits for them, and deletes its own server last. What it cannot delete (the master would
+cut off its own way to the API, or the resources are in use until it is gone): the
+ports, floating IP, router, network, security groups, key pair and the shared volume.
+Those cost no GPU-hours; `deployer down` or `deployer gc --yes` removes them.
 """
 
 from __future__ import annotations
@@ -45,11 +46,21 @@ def expiry(server: Any) -> datetime | None:
         return None
 
 
-def teardown(conn: Any, cluster: str, own_id: str, now: datetime, say=print) -> list[str]:
-    """If the master's expiry is past: delete the other servers, wait, then the master's
-    own (no wait: it is going). Returns the names deleted; [] while not expired."""
-    servers = cluster_servers(conn, cluster)
-    own = next((s for s in servers if s.id == own_id), None)
+def _ours(conn: Any, server_id: str, cluster: str) -> Any:
+    """The server if it exists and carries the cluster's metadata, else None."""
+    import openstack
+
+    try:
+        server = conn.compute.get_server(server_id)
+    except openstack.exceptions.NotFoundException:
+        return None
+    return server if (server.metadata or {}).get(CLUSTER_KEY) == cluster else None
+
+
+def teardown(conn: Any, cluster: str, own_id: str, worker_ids: list[str], now: datetime, say=print) -> list[str]:
+    """If the master's expiry is past: delete the workers, wait, then the master's own
+    server (no wait: it is going). Returns the names deleted; [] while not expired."""
+    own = _ours(conn, own_id, cluster)
     if own is None:
         say(f"server {own_id} is not one of cluster {cluster}'s servers: nothing to do")
         return []
@@ -60,7 +71,7 @@ def teardown(conn: Any, cluster: str, own_id: str, now: datetime, say=print) -> 
     if until > now:
         say(f"cluster {cluster} expires at {until:%Y-%m-%dT%H:%M:%SZ}: nothing to do yet")
         return []
-    others = [s for s in servers if s.id != own_id]
+    others = [s for s in (_ours(conn, i, cluster) for i in worker_ids if i != own_id) if s is not None]
     for s in others:
         say(f"expired at {until:%Y-%m-%dT%H:%M:%SZ}: deleting {s.name}")
         conn.compute.delete_server(s)
@@ -76,23 +87,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cloud", required=True, help="clouds.yaml entry (the application credential)")
     p.add_argument("--cluster", required=True)
     p.add_argument("--server-id", required=True, help="this master's server id")
-    p.add_argument("--check", action="store_true", help="authenticate and read the expiry; delete nothing")
+    p.add_argument("--workers", default="", help="the workers' server ids, comma-separated")
+    p.add_argument("--check", action="store_true", help="authenticate and read every server; delete nothing")
     args = p.parse_args(argv)
     import openstack
 
+    workers = [i for i in args.workers.split(",") if i]
     conn = openstack.connect(cloud=args.cloud)
     say = lambda m: print(m, flush=True)  # noqa: E731 (the journal takes stdout)
     if args.check:
-        servers = cluster_servers(conn, args.cluster)
-        own = next((s for s in servers if s.id == args.server_id), None)
+        own = _ours(conn, args.server_id, args.cluster)
         if own is None:
             say(f"server {args.server_id} is not one of cluster {args.cluster}'s servers")
             return 1
+        found = 1 + sum(_ours(conn, i, args.cluster) is not None for i in workers)
         until = expiry(own)
-        say(f"credential works: {len(servers)} server(s) of {args.cluster}; expiry {until:%Y-%m-%dT%H:%M:%SZ}" if until
-            else f"credential works: {len(servers)} server(s) of {args.cluster}; no expiry set")
+        say(f"credential works: {found} server(s) of {args.cluster}; expiry {until:%Y-%m-%dT%H:%M:%SZ}" if until
+            else f"credential works: {found} server(s) of {args.cluster}; no expiry set")
         return 0
-    teardown(conn, args.cluster, args.server_id, datetime.now(UTC), say=say)
+    teardown(conn, args.cluster, args.server_id, workers, datetime.now(UTC), say=say)
     return 0
 
 

@@ -149,7 +149,8 @@ def test_gc_listing_and_the_masters_teardown_at_scale(scale_env, tmp_path):
 
     def master_teardown(n):
         with session(ENV) as conn:
-            gone = teardown(conn, made[n].name, made[n].servers[f"{made[n].name}-master"].id, now(), say=lambda _: None)
+            ids = [s.id for s in made[n].servers.values()]
+            gone = teardown(conn, made[n].name, ids[0], ids[1:], now(), say=lambda _: None)
         assert len(gone) == n
 
     _linear("the master's teardown (delete and wait)", _per_size(master_teardown))

@@ -1,6 +1,7 @@
-"""The master's teardown credential against Keystone and Nova: made, kept, renewed after
-`--ttl`, revoked; its access rules accepted by Nova (behind a /compute prefix, as
-keystonemiddleware matches the whole path); the teardown script run with it; and clouds
+"""The master's teardown credential against Keystone and Nova: made after the servers,
+kept, renewed after `--ttl` and on scale, revoked; its access rules accepted by Nova for
+this cluster's servers (behind a /compute prefix, as keystonemiddleware matches the
+whole path) and refused for any other; the teardown script run with it; and clouds
 whose clouds.yaml logs in with an application credential."""
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def _state(tmp_path, cluster: str, expires: str) -> ClusterState:
     return st
 
 
+def _cluster(made) -> dict:
+    """The `cluster` output's nodes, as the provider reads them after apply."""
+    return {"nodes": [{"name": n, "id": s.id} for n, s in made.servers.items()]}
+
+
 def _creds(conn) -> dict[str, object]:
     return {c.id: c for c in conn.identity.application_credentials(user=conn.current_user_id)}
 
@@ -54,65 +60,87 @@ def _clouds_with_credential(os_env, test_cloud, record: dict) -> str:
 
 def test_made_kept_renewed_and_revoked(os_env, own_project, tmp_path, cluster_name):
     provider = OpenStackProvider()
+    made = module_resources.make_cluster(own_project, cluster_name, 2, volume=False, floating_ip=False)
+    cluster = _cluster(made)
     expires = at(8)
     st = _state(tmp_path, cluster_name, expires)
     provider.prepare(_spec(cluster_name), st)
+    assert read_teardown_credential(st) is None, "made after the servers, not before"
+    provider.place(_spec(cluster_name), st, cluster)
     first = read_teardown_credential(st)
-    made = _creds(own_project)[first["id"]]
-    assert made.unrestricted is False and first["expires_at"] == iso(parse_iso(expires) + timedelta(days=1))
-    assert {(r["method"], r["path"]) for r in made.access_rules} >= {("DELETE", "/compute/v2.1/servers/*")}
+    cred = _creds(own_project)[first["id"]]
+    assert cred.unrestricted is False and first["expires_at"] == iso(parse_iso(expires) + timedelta(days=1))
+    rules = {(r["method"], r["path"]) for r in cred.access_rules}
+    for node in cluster["nodes"]:  # each server by its id, behind the cloud's /compute prefix
+        assert {("GET", f"/compute/v2.1/servers/{node['id']}"), ("DELETE", f"/compute/v2.1/servers/{node['id']}")} <= rules
+    assert not any(p.endswith(("/servers/detail", "/servers/*", "/servers")) for _, p in rules), "no listing, no wildcard"
 
-    provider.prepare(_spec(cluster_name), st)  # the same expiry: the same credential
+    assert provider.place(_spec(cluster_name), st, cluster) is None  # nothing changed: the same credential
     assert read_teardown_credential(st)["id"] == first["id"] and len(_creds(own_project)) == 1
 
     # `up --ttl` past the credential's life: a new one, then the old one revoked. The new
     # one used to take the old one's name, and Keystone answered 409.
     st.write_record(st.lifetime_file, {"ttl": "3d", "set_at": at(0), "expires_at": at(72)})
-    provider.prepare(_spec(cluster_name), st)
+    provider.place(_spec(cluster_name), st, cluster)
     second = read_teardown_credential(st)
     assert second["id"] != first["id"] and set(_creds(own_project)) == {second["id"]}
 
-    provider.prepare(_spec(cluster_name, auto=False), st)  # switched off: revoked, forgotten
+    # Scale: another set of servers, another credential.
+    cluster["nodes"] = cluster["nodes"][:1]
+    provider.place(_spec(cluster_name), st, cluster)
+    third = read_teardown_credential(st)
+    assert third["server_ids"] == [cluster["nodes"][0]["id"]] and set(_creds(own_project)) == {third["id"]}
+
+    provider.place(_spec(cluster_name, auto=False), st, cluster)  # switched off: revoked, forgotten
     assert _creds(own_project) == {} and read_teardown_credential(st) is None
 
 
 def test_nova_accepts_the_credential_and_the_timer_deletes_only_its_cluster(os_env, own_project, tmp_path, cluster_name,
                                                                              test_cloud, capsys):
     ours, theirs = cluster_name, f"{cluster_name}b"
-    made = module_resources.make_cluster(own_project, ours, 2, volume=False, floating_ip=False, expires_at=at(-1))
+    made = module_resources.make_cluster(own_project, ours, 3, volume=False, floating_ip=False, expires_at=at(-1))
     other = module_resources.make_cluster(own_project, theirs, 1, volume=False, floating_ip=False, cidr="192.168.78.0/24",
                                           expires_at=at(-1))
     st = _state(tmp_path, ours, at(-1))
-    OpenStackProvider().prepare(_spec(ours), st)
+    OpenStackProvider().place(_spec(ours), st, _cluster(made))
     entry = _clouds_with_credential(os_env, test_cloud, read_teardown_credential(st))
     master = made.servers[f"{ours}-master"].id
+    workers = ",".join(s.id for n, s in made.servers.items() if n != f"{ours}-master")
+    args = ["--cloud", entry, "--cluster", ours, "--server-id", master, "--workers", workers]
 
-    # --check: authenticates, lists and reads the expiry through Nova's access-rule check.
-    assert teardown_main(["--cloud", entry, "--cluster", ours, "--server-id", master, "--check"]) == 0
-    assert f"credential works: 2 server(s) of {ours}" in capsys.readouterr().out
+    # --check: authenticates and reads every server through Nova's access-rule check.
+    assert teardown_main([*args, "--check"]) == 0
+    assert f"credential works: 3 server(s) of {ours}" in capsys.readouterr().out
 
-    assert teardown_main(["--cloud", entry, "--cluster", ours, "--server-id", master]) == 0
+    assert teardown_main(args) == 0
     for server in made.servers.values():
         own_project.compute.wait_for_delete(server, wait=120)
-    left = {s.name for s in own_project.compute.servers()}
-    assert left == {f"{theirs}-master"}, "another cluster's servers stay"
+    assert {s.name for s in own_project.compute.servers()} == {f"{theirs}-master"}, "another cluster's servers stay"
     assert other.servers[f"{theirs}-master"].id in {s.id for s in own_project.compute.servers()}
 
 
-def test_a_credential_may_not_do_what_its_rules_do_not_name(os_env, own_project, tmp_path, cluster_name, test_cloud):
+def test_the_credential_reaches_only_its_own_servers(os_env, own_project, tmp_path, cluster_name, test_cloud):
     import openstack
 
-    module_resources.make_cluster(own_project, cluster_name, 1, volume=False, floating_ip=False)
+    made = module_resources.make_cluster(own_project, cluster_name, 1, volume=False, floating_ip=False)
+    other = module_resources.make_cluster(own_project, f"{cluster_name}b", 1, volume=False, floating_ip=False,
+                                          cidr="192.168.78.0/24")
     st = _state(tmp_path, cluster_name, at(8))
-    OpenStackProvider().prepare(_spec(cluster_name), st)
-    entry = _clouds_with_credential(os_env, test_cloud, read_teardown_credential(st))
-    conn = openstack.connect(cloud=entry)
-    assert list(conn.compute.servers())  # named by the rules
-    with pytest.raises(openstack.exceptions.HttpException) as e:  # not named: refused by Nova's middleware
-        list(conn.compute.keypairs())
-    assert e.value.status_code == 401
-    with pytest.raises(openstack.exceptions.HttpException):  # nor another service
-        list(conn.network.networks())
+    OpenStackProvider().place(_spec(cluster_name), st, _cluster(made))
+    conn = openstack.connect(cloud=_clouds_with_credential(os_env, test_cloud, read_teardown_credential(st)))
+    assert conn.compute.get_server(made.servers[f"{cluster_name}-master"].id).name == f"{cluster_name}-master"
+    refused = [
+        lambda: conn.compute.get_server(other.servers[f"{cluster_name}b-master"].id),  # another cluster's server
+        lambda: conn.compute.delete_server(other.servers[f"{cluster_name}b-master"].id),
+        lambda: list(conn.compute.servers()),  # listing: not named
+        lambda: list(conn.compute.keypairs()),
+        lambda: list(conn.network.networks()),  # another service
+    ]
+    for call in refused:
+        with pytest.raises(openstack.exceptions.HttpException) as e:
+            call()
+        assert e.value.status_code == 401
+    assert own_project.compute.get_server(other.servers[f"{cluster_name}b-master"].id).status == "ACTIVE"
 
 
 # ---- clouds.yaml that logs in with an application credential -------------------------------------
@@ -142,7 +170,7 @@ def test_an_unrestricted_application_credential_may_make_the_teardown_credential
     _login_credential(os_env, own_project, unrestricted=True)
     pf.check(make_spec(cluster_name, ttl="8h", auto_teardown=True))
     st = _state(tmp_path, cluster_name, at(8))
-    OpenStackProvider().prepare(_spec(cluster_name), st)
+    OpenStackProvider().place(_spec(cluster_name), st, {"nodes": [{"name": f"{cluster_name}-master", "id": "0" * 32}]})
     assert read_teardown_credential(st)["name"].startswith(f"deployer-{cluster_name}-teardown-")
 
 
@@ -151,18 +179,20 @@ def test_before_the_expiry_or_for_another_server_the_timer_deletes_nothing(os_en
     from deployer.providers.openstack_teardown import teardown
 
     made = module_resources.make_cluster(own_project, cluster_name, 2, volume=False, floating_ip=False, expires_at=at(2))
-    master = made.servers[f"{cluster_name}-master"].id
+    master, worker = (made.servers[f"{cluster_name}-{n}"].id for n in ("master", "worker-1"))
+    later = now() + timedelta(hours=3)
     with session({"OS_CLOUD": "testcloud"}) as conn:
-        assert teardown(conn, cluster_name, master, now(), say=lambda _: None) == []
-        assert teardown(conn, cluster_name, "not-a-server-of-it", now() + timedelta(hours=3), say=lambda _: None) == []
+        assert teardown(conn, cluster_name, master, [worker], now(), say=lambda _: None) == []
+        assert teardown(conn, cluster_name, worker, [master], later, say=lambda _: None) == [], "a worker has no expiry"
+        assert teardown(conn, f"{cluster_name}x", master, [worker], later, say=lambda _: None) == [], "another cluster's"
         # Past the expiry: the workers first, then the master (the master's own call goes last).
-        assert teardown(conn, cluster_name, master, now() + timedelta(hours=3), say=lambda _: None) == [
+        assert teardown(conn, cluster_name, master, [worker], later, say=lambda _: None) == [
             f"{cluster_name}-worker-1", f"{cluster_name}-master"]
 
 
 def test_down_revokes_the_credential(os_env, own_project, tmp_path, cluster_name):
     st = _state(tmp_path, cluster_name, at(8))
-    OpenStackProvider().prepare(_spec(cluster_name), st)
+    OpenStackProvider().place(_spec(cluster_name), st, {"nodes": [{"name": f"{cluster_name}-master", "id": "0" * 32}]})
     assert len(_creds(own_project)) == 1
     OpenStackProvider().forget(st, {"OS_CLOUD": "testcloud"})
     assert _creds(own_project) == {}
