@@ -34,6 +34,7 @@ def test_cloud():
         yield shared
         return
     cloud = testcloud.start()
+    testcloud.start_watchdog(cloud)  # stops it should this run be killed before the finalizer
     try:
         yield cloud
     finally:

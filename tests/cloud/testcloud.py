@@ -275,6 +275,23 @@ def stop(cloud: Cloud, *, keep: bool = False) -> None:
         shutil.rmtree(cloud.run_dir, ignore_errors=True)
 
 
+def watch(run_dir: Path, pid: int) -> None:
+    """Stop the cloud in `run_dir` once process `pid` (the test run that started it) is
+    gone without stopping it (killed, timed out): no database, broker or service is left
+    running for the next run to meet."""
+    while _running(pid) and (Path(run_dir) / "cloud.json").exists():
+        time.sleep(2)
+    cloud = Cloud.load(run_dir)
+    if cloud is not None:
+        stop(cloud)
+
+
+def start_watchdog(cloud: Cloud) -> None:
+    subprocess.Popen([sys.executable, "-m", "tests.cloud.testcloud", "watch", cloud.run_dir, str(os.getpid())],
+                     cwd=HERE.parents[1], start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main(argv: list[str]) -> int:
     verb = argv[0] if argv else "status"
     running = Cloud.load(SHARED_RUN)
@@ -293,6 +310,9 @@ def main(argv: list[str]) -> int:
         return 0
     if verb == "status":
         print("running: " + str(running.clouds_yaml) if running and running.alive() else "not running")
+        return 0
+    if verb == "watch":
+        watch(Path(argv[1]), int(argv[2]))
         return 0
     if verb == "install":
         print(ensure_venv())
