@@ -192,11 +192,13 @@ class ClusterState:
 
 
 def resolve_name(root: Path, name: str | None, config_name: str | None = None) -> str:
-    """--name, else the config's name, else the only cluster in the state root, else 'demo'."""
-    if name:
-        return name
-    if config_name:
-        return config_name
+    """--name, else the config's name, else the only cluster in the state root, else 'demo'.
+
+    A name given by hand is checked as `up` checks it, on every verb: `--name ../x` or
+    `a/b` would otherwise resolve outside the state root."""
+    for given, where in ((name, "--name"), (config_name, "the config's name")):
+        if given:
+            return _valid_name(given, where)
     if root.is_dir():
         clusters = sorted(p.name for p in root.iterdir() if (p / "spec.json").exists())
         if len(clusters) == 1:
@@ -206,3 +208,14 @@ def resolve_name(root: Path, name: str | None, config_name: str | None = None) -
     from .spec import DEFAULT_NAME
 
     return DEFAULT_NAME
+
+
+def _valid_name(name: str, where: str) -> str:
+    import re
+
+    from .nodes import CLUSTER_NAME_PATTERN
+
+    if not re.match(CLUSTER_NAME_PATTERN, name):
+        raise UsageError(f"{where} {name!r} is not a cluster name: use lowercase letters, digits and '-', starting with "
+                         f"a letter, at most 20 characters (e.g. demo)")
+    return name

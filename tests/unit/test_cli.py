@@ -30,6 +30,11 @@ def run(*args, cwd, input=None):
         (["gc", "--yes", "--cloud"], "requires an argument"),
         (["bench", "--nodes", "1,2"], "cluster 'demo' is not up"),
         (["notebook"], "cluster 'demo' is not up"),
+        # Checked on every verb, not only by `up`: these resolved outside the state root.
+        (["down", "--yes", "--name", "../x"], "--name '../x' is not a cluster name"),
+        (["down", "--yes", "--name", "a/b"], "--name 'a/b' is not a cluster name"),
+        (["status", "--name", "Lab 1"], "lowercase letters"),
+        (["ssh", "--name", "../../etc"], "is not a cluster name"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(args, fragment, tmp_path):
