@@ -142,7 +142,10 @@ def log(msg: str) -> None:
 
 
 def sh(*args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(list(args), text=True, capture_output=True)
+    try:
+        proc = subprocess.run(list(args), text=True, capture_output=True)
+    except OSError as e:  # the tool itself is missing or cannot run
+        raise DriverError(f"[lxc] {args[0]} cannot run: {e.strerror}") from None
     if check and proc.returncode != 0:
         raise DriverError(f"[lxc] {shlex.join(args)} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
     if not quiet and proc.stderr.strip() and proc.returncode != 0:
@@ -452,14 +455,23 @@ def network_down(cluster: str, bridge: str) -> None:
 
 # -- nodes --------------------------------------------------------------------------
 def nft_table_exists(cluster: str) -> bool:
-    return sh("nft", "list", "table", "ip", nft_table(cluster), check=False, quiet=True).returncode == 0
+    """Whether the cluster's table is there; DriverError when nft cannot tell (any other
+    failure than "No such file or directory" must not read as "gone": `down` trusts it)."""
+    proc = sh("nft", "list", "table", "ip", nft_table(cluster), check=False, quiet=True)
+    if proc.returncode == 0:
+        return True
+    if "No such file or directory" in proc.stderr:
+        return False
+    raise DriverError(f"[lxc] cannot tell whether nftables table ip {nft_table(cluster)} exists: "
+                      f"`nft list table` failed ({proc.returncode}): {proc.stderr.strip() or 'no message'}")
 
 
 def containers(cluster: str) -> dict[str, str]:
     """The cluster's containers on this host: name -> "running" | "stopped". Two plain
-    `lxc-ls` (5 ms each) rather than one --fancy (20 ms): `status` waits for this."""
-    every = sh("lxc-ls", "-1", check=False, quiet=True).stdout
-    running = sh("lxc-ls", "-1", "--running", check=False, quiet=True).stdout
+    `lxc-ls` (5 ms each) rather than one --fancy (20 ms): `status` waits for this. A
+    failing `lxc-ls` raises (DriverError): an empty answer would read as "no containers"."""
+    every = sh("lxc-ls", "-1", quiet=True).stdout
+    running = sh("lxc-ls", "-1", "--running", quiet=True).stdout
     return parse_containers(every, running, cluster)
 
 

@@ -58,3 +58,42 @@ def test_cpu_plan_gives_each_node_its_own_cores_when_there_are_enough():
     assert lxc.cpu_plan([0, 1, 2, 3, 4, 5, 6, 7], 3) == ["0,1", "2,3", "4,5"]  # 6 and 7 stay free
     assert lxc.cpu_plan([2, 3, 5], 1) == ["2,3,5"]  # the host's allowed cores, whatever their numbers
     assert lxc.cpu_plan([0, 1], 3) is None  # fewer cores than nodes: they share
+
+
+def _tool(bindir, name, rc, stdout="", stderr=""):
+    script = bindir / name
+    script.write_text(f"#!/bin/sh\nprintf '%s' '{stdout}'\nprintf '%s' '{stderr}' >&2\nexit {rc}\n")
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize(("lxc_ls", "nft", "fragment"), [
+    ((1, "", "lxc-ls: Failed to load config"), (1, "", "Error: No such file or directory"), "lxc-ls -1 failed"),
+    ((0, "", ""), (1, "", "Error: Operation not permitted"), "cannot tell whether nftables table"),
+])
+def test_a_provider_that_cannot_see_says_so_rather_than_nothing(tmp_path, monkeypatch, lxc_ls, nft, fragment):
+    """`down` proves a cluster gone by observe(): a failing `lxc-ls` or `nft` used to read as
+    "no containers, no table", and `down` deleted the state while containers ran."""
+    from deployer.errors import OperationFailed
+    from deployer.providers.local import LocalProvider
+    from deployer.state import ClusterState
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _tool(bindir, "lxc-ls", *lxc_ls)
+    _tool(bindir, "nft", *nft)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    with pytest.raises(OperationFailed, match=fragment):
+        LocalProvider().observe(ClusterState(tmp_path, "blind"), {}, ["blind-master"])
+
+
+def test_a_table_that_is_not_there_is_absent(tmp_path, monkeypatch):
+    from deployer.providers.local import LocalProvider
+    from deployer.state import ClusterState
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _tool(bindir, "lxc-ls", 0, "other-master\n")
+    _tool(bindir, "nft", 1, "", "Error: No such file or directory")
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    seen = LocalProvider().observe(ClusterState(tmp_path, "gone"), {}, ["gone-master"])
+    assert seen.remaining() == []
