@@ -36,9 +36,12 @@ MARGIN = timedelta(days=1)  # past the cluster's expiry: the timer's last tries 
 def access_rules(compute_endpoint: str, server_ids: list[str]) -> list[dict[str, str]]:
     """What openstacksdk calls to read each of `server_ids`, delete it and wait until it
     is gone (version discovery included), as paths under the cloud's own compute endpoint."""
-    api = urlparse(compute_endpoint).path.rstrip("/")  # e.g. /compute/v2.1, /v2.1/<project id>
-    version = re.search(r"/v2(\.\d+)?(?=/|$)", api)
-    root = api[: version.start()] if version else api
+    path = urlparse(compute_endpoint).path.rstrip("/")  # e.g. /compute/v2.1, /v2.1/<project id>, /compute
+    version = re.search(r"/v2(\.\d+)?(?=/|$)", path)
+    root, suffix = (path[: version.start()], path[version.end():]) if version else (path, "")
+    # openstacksdk discovers and settles on v2.1 whatever version the catalog names
+    # (/v2/<project id> included), so the servers' paths are under <root>/v2.1<suffix>.
+    api = f"{root}/v2.1{suffix}"
     rules = [("GET", f"{root}/"), ("GET", f"{root}/v2.1"), ("GET", f"{root}/v2.1/")]
     for sid in server_ids:
         rules += [("GET", f"{api}/servers/{sid}"), ("DELETE", f"{api}/servers/{sid}")]
@@ -87,6 +90,7 @@ def create(env: dict[str, str], cluster: str, cluster_expires_at: str, server_id
         return {
             "id": made.id, "name": made.name, "secret": made.secret, "expires_at": expires, "user_id": conn.current_user_id,
             "server_ids": server_ids,
+            "access_rule_ids": [r["id"] for r in (made.access_rules or []) if r.get("id")],
             "auth_url": conn.config.get_auth_args().get("auth_url"),
             "region_name": conn.config.get_region_name() or None,
             "interface": conn.config.get_interface() or "public",
@@ -94,6 +98,16 @@ def create(env: dict[str, str], cluster: str, cluster_expires_at: str, server_id
 
 
 def revoke(env: dict[str, str], record: dict[str, Any]) -> None:
-    """Delete the credential (one that is already gone is fine)."""
+    """Delete the credential (one that is already gone is fine), then its access rules:
+    Keystone keeps a user's rules after the credential is gone, and these name server ids,
+    so each cluster and each scale would leave new ones behind. A rule another credential
+    still uses (the newer one, for the servers both name) is refused, and stays."""
+    import openstack
+
     with session(env) as conn, cloud_errors(conn, f"revoking application credential {record['name']}"):
         conn.identity.delete_application_credential(record["user_id"], record["id"], ignore_missing=True)
+        for rule_id in record.get("access_rule_ids", []):
+            try:
+                conn.identity.delete_access_rule(record["user_id"], rule_id, ignore_missing=True)
+            except openstack.exceptions.HttpException:  # in use by another credential
+                pass

@@ -75,11 +75,11 @@ variable "flavor_name" {
 
 variable "flavor_id" {
   type        = string
-  description = "The flavor's ID as the deployer's preflight resolved flavor_name; null: look flavor_name up."
+  description = "The flavor's ID as the deployer's preflight resolved flavor_name (any string: DevStack's are 1..5, 42, c1); null: look flavor_name up."
   default     = null
   validation {
-    condition     = var.flavor_id == null || can(regex("^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$", coalesce(var.flavor_id, "x")))
-    error_message = "flavor_id must be a UUID."
+    condition     = var.flavor_id == null || length(trimspace(coalesce(var.flavor_id, " "))) > 0
+    error_message = "flavor_id must not be empty; use null to look flavor_name up."
   }
 }
 

@@ -93,6 +93,8 @@ def test_made_kept_renewed_and_revoked(os_env, own_project, tmp_path, cluster_na
 
     provider.place(_spec(cluster_name, auto=False), st, cluster)  # switched off: revoked, forgotten
     assert _creds(own_project) == {} and read_teardown_credential(st) is None
+    # ...and no access rule left behind in Keystone (it keeps a user's rules otherwise).
+    assert list(own_project.identity.access_rules(own_project.current_user_id)) == []
 
 
 def test_nova_accepts_the_credential_and_the_timer_deletes_only_its_cluster(os_env, own_project, tmp_path, cluster_name,

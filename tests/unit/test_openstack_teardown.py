@@ -62,3 +62,22 @@ def test_the_role_is_off_unless_asked():
     tasks = yaml.safe_load((ROLES_DIR / "teardown_timer" / "tasks/timer.yml").read_text())
     secret_tasks = [t for t in tasks if "credential" in json.dumps(t.get("vars", {}))]
     assert secret_tasks and all(t.get("no_log") is True for t in secret_tasks)
+
+
+@pytest.mark.parametrize(("endpoint", "api"), [
+    ("https://nova.example:8774/v2.1", "/v2.1"),
+    ("https://cloud.example/compute/v2.1", "/compute/v2.1"),  # DevStack's layout (the test cloud's too)
+    ("https://nova.example:8774/v2.1/4f1ab7", "/v2.1/4f1ab7"),  # an endpoint carrying the project id
+    ("https://cloud.example/compute", "/compute/v2.1"),  # unversioned: openstacksdk settles on v2.1
+    ("https://nova.example:8774/v2/4f1ab7", "/v2.1/4f1ab7"),  # the legacy v2 entry: the same
+])
+def test_access_rules_follow_the_catalogs_compute_endpoint(endpoint, api):
+    """keystonemiddleware matches a rule against the whole request path: each server by id
+    under the path openstacksdk will really call, discovery at the endpoint's root."""
+    from deployer.providers.openstack_appcred import access_rules
+
+    rules = {(r["method"], r["path"]) for r in access_rules(endpoint, ["s1", "s2"])}
+    root = api.removesuffix("/v2.1").split("/v2.1/")[0]
+    assert {("GET", f"{api}/servers/s1"), ("DELETE", f"{api}/servers/s1"), ("GET", f"{api}/servers/s2"),
+            ("DELETE", f"{api}/servers/s2"), ("GET", f"{root}/v2.1"), ("GET", f"{root}/")} <= rules
+    assert not any("*" in p or p.endswith("/servers/detail") for _, p in rules)
