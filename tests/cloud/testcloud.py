@@ -237,7 +237,7 @@ def start(run_dir: Path | None = None) -> Cloud:
     os.chmod(run, 0o700)
     names = ["mysql", "epmd", "amqp", "rabbit_dist", *services.API_PORTS]
     cloud = Cloud(str(run), ports={n: free_port() for n in names},
-                  passwords={n: secrets.token_urlsafe(12) for n in ["admin", "service", USER, OTHER_USER]})
+                  passwords={n: secrets.token_hex(12) for n in ["admin", "service", USER, OTHER_USER]})
     cloud.save()
     began = time.monotonic()
     try:
@@ -258,7 +258,8 @@ def start(run_dir: Path | None = None) -> Cloud:
 
 def stop(cloud: Cloud, *, keep: bool = False) -> None:
     """Stop every process of the cloud (TERM, then KILL after 15 s), then remove its run
-    dir (unless `keep`: a failed start keeps its logs)."""
+    dir (with `keep`, all but its logs: a failed start keeps them to read, not its
+    database or keys)."""
     groups = list(cloud.pids.items())[::-1]  # the services first, the database and broker last
     for _, pid in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -271,8 +272,16 @@ def stop(cloud: Cloud, *, keep: bool = False) -> None:
             os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)
+    run = Path(cloud.run_dir)
+    for entry in run.iterdir() if run.exists() else ():
+        if keep and entry.name == "logs":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
     if not keep:
-        shutil.rmtree(cloud.run_dir, ignore_errors=True)
+        shutil.rmtree(run, ignore_errors=True)
 
 
 def watch(run_dir: Path, pid: int) -> None:
