@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import ui
+from . import signals, ui
 from .errors import OperationFailed
 from .paths import ansible_dir
 
@@ -44,6 +47,80 @@ def strategy_env() -> dict[str, str]:
 
     plugins = Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"
     return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": chosen}
+
+
+# What ansible-playbook may see of the controller's environment. ansible-runner copies
+# os.environ into the play's environment and writes it to artifacts/<id>/command, in the
+# run's logs: an OS_PASSWORD from an openrc file, a token, would land on disk. Nothing in
+# the roles reads the controller's environment; ANSIBLE_* are Ansible's own settings and
+# DEPLOYER_* the deployer's (the warm-Jinja callback reads one).
+KEPT_ENVIRONMENT = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TZ", "TMPDIR"}
+
+
+def _kept(key: str) -> bool:
+    return key in KEPT_ENVIRONMENT or key.startswith(("LC_", "ANSIBLE_", "DEPLOYER_"))
+
+
+@contextlib.contextmanager
+def scrubbed_environ() -> Iterator[None]:
+    """os.environ holds only what Ansible needs for the block (KEPT_ENVIRONMENT)."""
+    saved = dict(os.environ)
+    for key in [k for k in os.environ if not _kept(k)]:
+        del os.environ[key]
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+class Canceller:
+    """ansible-runner's cancel_callback: True once an interrupt set `flag`.
+
+    On cancel the runner SIGKILLs ansible-playbook's process group, and that is not all
+    it started: Mitogen's mux process moves to a session of its own and waits for a
+    socket that the killed workers' children still hold (seen: alive, parent 1, after
+    the deployer had exited). So the first time it answers True it takes note of every
+    process under the play, and `stop_leftovers` ends those the runner's kill missed."""
+
+    def __init__(self, flag: signals.Flag):
+        import psutil
+
+        self.flag = flag
+        self.before = {p.pid for p in psutil.Process().children()}  # not the play's
+        self.doomed: list = []
+
+    def __call__(self) -> bool:
+        if self.flag.raised is None:
+            return False
+        if not self.doomed:
+            import psutil
+
+            for child in psutil.Process().children():
+                if child.pid not in self.before:
+                    with contextlib.suppress(psutil.Error):
+                        self.doomed += [child, *child.children(recursive=True)]
+        return True
+
+    def stop_leftovers(self) -> None:
+        import psutil
+
+        alive = [p for p in self.doomed if p.is_running()]
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+        _, alive = psutil.wait_procs(alive, timeout=3)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+
+
+def close_connections(control_dir: Path) -> None:
+    """Close the SSH master connections a stopped play left (ControlPersist keeps them in
+    the background, and with them what runs on the nodes): `ssh -O exit` on each socket."""
+    for sock in control_dir.glob("*") if control_dir.is_dir() else ():
+        subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "deployer-node"],
+                       capture_output=True, timeout=10, check=False)
 
 
 def run_playbook(
@@ -109,25 +186,38 @@ def run_playbook(
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(run_dir.parent.parent / "cp"),
         **strategy_env(),
     }
+    # ansible-runner polls cancel_callback between reads of the play's output (every
+    # pexpect_timeout seconds; it reads env/settings, and a missing file resets what is
+    # passed in code): a Ctrl-C sets the flag, and the runner kills ansible-playbook's whole
+    # process group. Raising KeyboardInterrupt inside the runner would leave it running.
+    (run_dir / "ansible" / "env").mkdir(exist_ok=True)
+    (run_dir / "ansible" / "env" / "settings").write_text("pexpect_timeout: 1\n")
     try:
-        r = ansible_runner.run(
-            private_data_dir=str(run_dir / "ansible"),
-            project_dir=str(adir),
-            playbook=str(adir / playbook),
-            inventory=str(inventory),
-            envvars=env,
-            extravars=extravars or {},
-            limit=",".join(limit) if limit else None,
-            event_handler=on_event,
-            quiet=True,
-            suppress_env_files=True,
-        )
+        with signals.Flag() as interrupted, scrubbed_environ():
+            cancel = Canceller(interrupted)
+            r = ansible_runner.run(
+                private_data_dir=str(run_dir / "ansible"),
+                project_dir=str(adir),
+                playbook=str(adir / playbook),
+                inventory=str(inventory),
+                envvars=env,
+                extravars=extravars or {},
+                limit=",".join(limit) if limit else None,
+                event_handler=on_event,
+                cancel_callback=cancel,
+                quiet=True,
+                suppress_env_files=True,
+            )
     finally:
         events_log.close()
         if spinner:
             spinner.stop()
     if r.status == "canceled":
-        raise KeyboardInterrupt  # Ctrl-C reached ansible-runner first: exit 130, resumable
+        cancel.stop_leftovers()
+        close_connections(Path(env["ANSIBLE_SSH_CONTROL_PATH_DIR"]))
+        raise KeyboardInterrupt(interrupted.raised)  # exit 130; the next `up` resumes
+    if interrupted.raised:  # after the runner's last look: the play ended anyway; stop here all the same
+        raise KeyboardInterrupt(interrupted.raised)
     if r.status != "successful" or r.rc != 0:
         tail = (r.stdout.read().strip().splitlines() or [""])[-1] if r.stdout else ""
         first = result.failures[0] if result.failures else f"ansible-runner {r.status} (rc {r.rc}): {tail}"

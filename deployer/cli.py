@@ -443,10 +443,20 @@ def ledger(state_dir: StateOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> No
         ledger_mod.show(use)
 
 
+def _interrupted() -> None:
+    ui.error("interrupted; state is kept, so the same command resumes where it stopped")
+    sys.exit(130)
+
+
 def run() -> None:
     """Console entry point: the error family -> one line and an exit code."""
+    from . import signals
+
+    signals.install()  # `kill` and a closed terminal stop a run as Ctrl-C does
     try:
         rc = app(standalone_mode=False)
+        if rc == 130:  # typer's answer to a KeyboardInterrupt inside a command: Exit(130), silently
+            _interrupted()
         sys.exit(rc if isinstance(rc, int) else 0)
     except DeployerError as e:
         if _debug:
@@ -454,11 +464,10 @@ def run() -> None:
         ui.error(str(e))
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        ui.error("interrupted; state is kept, so the same command resumes where it stopped")
-        sys.exit(130)
+        _interrupted()
     except Exception as e:  # click's own usage errors (vendored by typer), then the unexpected
-        if type(e).__name__ == "Abort":
-            sys.exit(130)
+        if type(e).__name__ == "Abort":  # click's name for a KeyboardInterrupt inside a command
+            _interrupted()
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             ui.error(e.format_message().splitlines()[0] + " (see --help)")
             sys.exit(e.exit_code)

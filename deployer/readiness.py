@@ -51,14 +51,51 @@ class Probe:
     err: str
 
 
-def probe(state: "ClusterState", cluster: dict[str, Any], node: dict[str, Any], timeout: float) -> Probe:
+class InFlight:
+    """The probes running now, so an interrupted wait can stop them: `cloud-init status
+    --wait` may block until cloud-init is done. Once stopped, a probe that starts is
+    stopped at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen] = set()
+        self._stopped = False
+
+    def add(self, p: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.add(p)
+            if self._stopped:
+                p.kill()
+
+    def discard(self, p: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.discard(p)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            for p in self._procs:
+                p.kill()
+
+
+def probe(state: "ClusterState", cluster: dict[str, Any], node: dict[str, Any], timeout: float,
+          running: InFlight | None = None) -> Probe:
+    """One `ssh node cloud-init status --wait` (registered in `running` while it runs)."""
     argv = ssh_argv(state, cluster, node)
     argv[1:1] = ["-o", "ConnectTimeout=5"]  # before -F: the first value of an option wins
-    try:
-        p = subprocess.run([*argv, CLOUD_INIT], text=True, capture_output=True, timeout=max(5.0, timeout), stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return Probe(124, "", "no answer in time")
-    return Probe(p.returncode, p.stdout, p.stderr)
+    running = InFlight() if running is None else running
+    with subprocess.Popen([*argv, CLOUD_INIT], text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL) as p:
+        running.add(p)
+        try:
+            out, err = p.communicate(timeout=max(5.0, timeout))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            return Probe(124, "", "no answer in time")
+        finally:
+            running.discard(p)
+    return Probe(p.returncode, out, err)
 
 
 def classify(node: dict[str, Any], result: Probe) -> str:
@@ -115,6 +152,7 @@ def wait_for_boot(
     stop = threading.Event()
     pending: dict[str, str] = {n["name"]: "starting" for n in nodes}
     lock = threading.Lock()
+    running = InFlight()
     spinner = ui.err.status("") if ui.err.is_terminal else None
 
     def show() -> None:
@@ -127,7 +165,7 @@ def wait_for_boot(
             if stop.is_set():
                 raise Stopped
             try:
-                return classify(node, probe(state, cluster, node, deadline - time.monotonic()))
+                return classify(node, probe(state, cluster, node, deadline - time.monotonic(), running))
             except NotYet as e:
                 with lock:
                     pending[node["name"]] = str(e)[:60]
@@ -169,12 +207,15 @@ def wait_for_boot(
         with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
             futures = {pool.submit(one, n): n["name"] for n in nodes}
             ready: dict[str, float] = {}
-            for f in as_completed(futures):
-                try:
+            try:
+                for f in as_completed(futures):
                     ready[futures[f]] = f.result()
-                except BaseException:
-                    stop.set()  # the others give up at their next attempt
-                    raise
+            except BaseException:  # a node failed for good, or Ctrl-C while waiting
+                # The others give up at their next attempt; a probe in flight is stopped
+                # now, or leaving the pool would wait for it (up to the whole deadline).
+                stop.set()
+                running.stop()
+                raise
             return ready
     finally:
         if spinner:

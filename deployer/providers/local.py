@@ -34,6 +34,48 @@ REQUIRED_TOOLS = {
     "ssh-keygen": "openssh-client",
 }
 HOST_RESERVE_MB = 1024  # left to the host, Terraform and Ansible
+# Which state dir owns each local cluster name: containers, bridge and firewall table are
+# named after the cluster, machine-wide, so a name is one cluster per machine whatever
+# directory the deployer runs in. One file per name, holding the owner's state dir.
+CLAIMS_DIR = Path("/var/lib/deployer/local-clusters")
+
+
+def _claim_file(name: str) -> Path:
+    return CLAIMS_DIR / name
+
+
+def claim_holder(name: str) -> Path | None:
+    try:
+        return Path(_claim_file(name).read_text().strip())
+    except OSError:
+        return None
+
+
+def claim_name(name: str, state_dir: Path) -> None:
+    """Take the name for `state_dir`, or refuse (exit 2) when another state dir holds it and
+    still records a cluster. Created exclusively, so two first `up`s of one name cannot
+    both pass; a holder that records nothing any more (its cluster went down, or its
+    preflight refused) gives the name up."""
+    mine = state_dir.resolve()
+    CLAIMS_DIR.mkdir(parents=True, exist_ok=True)
+    path = _claim_file(name)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        holder = claim_holder(name)
+        if holder and holder != mine and (holder / "origin.json").exists():
+            raise PreflightError(
+                f"cluster name {name!r} is in use on this machine by the state dir {holder}: pick another --name "
+                f"(or run `deployer down --name {name}` where that state dir is)") from None
+        path.write_text(f"{mine}\n")
+        return
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{mine}\n")
+
+
+def release_name(name: str, state_dir: Path) -> None:
+    if claim_holder(name) == state_dir.resolve():
+        _claim_file(name).unlink(missing_ok=True)
 
 
 def bridge_name(cluster: str) -> str:
@@ -81,6 +123,9 @@ class LocalProvider:
         for tool, package in REQUIRED_TOOLS.items():
             if shutil.which(tool) is None:
                 raise PreflightError(f"{tool} not found: install it with `apt-get install {package}` (or run `make deps`)")
+        claim_name(spec.name, state.dir)
+        if state.read_record(state.origin_file) is None:  # this state dir has made nothing yet
+            self._refuse_foreign(spec.name)
         existing = state.cluster()
         running = len(existing["nodes"]) if existing else 0
         need = (spec.nodes - running) * spec.local.memory_mb
@@ -98,6 +143,20 @@ class LocalProvider:
                 raise PreflightError(
                     f"local.subnet {subnet} collides with the host route {net} on {dev}: pick another, e.g. local.subnet: 10.78.0.0/24"
                 )
+
+    def _refuse_foreign(self, name: str) -> None:
+        """Containers, a bridge or a table by this cluster's name that this state dir did not
+        make: another's (a state dir from before names were claimed, or one deleted by
+        hand). Taking them over would let Terraform and `down` destroy them."""
+        from . import lxc
+
+        found = sorted(lxc.containers(name))
+        if Path("/sys/class/net", bridge_name(name)).exists():
+            found.append(f"bridge {bridge_name(name)}")
+        if found:
+            raise PreflightError(
+                f"{', '.join(found)} of another cluster named {name!r} exist on this machine, and this state dir did not "
+                f"make them: pick another --name, or remove them ({self.manual_cleanup_hint(name)})")
 
     def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> None:
         from . import lxc
@@ -185,7 +244,8 @@ class LocalProvider:
         }
 
     def forget(self, state: "ClusterState", env: dict[str, str]) -> None:
-        """Nothing outside Terraform to revoke locally."""
+        """Nothing outside Terraform to revoke locally; the name is free again."""
+        release_name(state.name, state.dir)
 
     def boot_log_hint(self, node: str) -> str:
         from . import lxc

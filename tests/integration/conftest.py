@@ -30,11 +30,13 @@ class Cluster:
     up_log: str = ""
     bench: dict = field(default_factory=dict)
 
-    def deployer(self, *args: str, timeout: float = 1800, input: str | None = None) -> subprocess.CompletedProcess:
+    def deployer(self, *args: str, timeout: float = 1800, input: str | None = None,
+                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         # The workdir's cluster.yaml names the cluster, as a user's would.
         return subprocess.run(
             [sys.executable, "-m", "deployer", *args],
             cwd=self.workdir, text=True, capture_output=True, timeout=timeout, input=input,
+            env={**os.environ, **env} if env else None,
         )
 
     @property

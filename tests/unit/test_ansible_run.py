@@ -6,8 +6,12 @@ integration tier."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -86,3 +90,55 @@ def test_filter_plugins_load_once_in_the_controller_not_in_every_worker(tmp_path
     assert len(_filter_imports(tmp_path / "warm", monkeypatch, "1")) == 1
     # Switched off, every worker that templates a filter loads them again: what the callback saves.
     assert len(_filter_imports(tmp_path / "cold", monkeypatch, "0")) >= 3
+
+
+def test_no_secret_from_the_environment_reaches_the_runs_logs(tmp_path, monkeypatch):
+    # ansible-runner writes the play's environment to artifacts/<id>/command; an openrc
+    # file's OS_PASSWORD or a token in the controller's environment must not go with it.
+    marker = f"secret-{tmp_path.name}-do-not-write"
+    monkeypatch.setenv("OS_PASSWORD", marker)
+    monkeypatch.setenv("GITHUB_TOKEN", marker)
+    inv, run_dir = _play(tmp_path, [{"name": "Run", "ansible.builtin.command": "true"}])
+    run_playbook(inv, run_dir, playbook=str(tmp_path / "play.yml"))
+    written = [p for p in (tmp_path / "state").rglob("*") if p.is_file()]
+    assert any(p.name == "command" for p in written)  # the file that used to carry it
+    assert [p for p in written if marker.encode() in p.read_bytes()] == []
+    assert os.environ["OS_PASSWORD"] == marker  # the deployer's own environment is given back
+
+
+INTERRUPTED_PLAY = """
+import signal, sys
+from pathlib import Path
+from deployer.ansible import run_playbook
+signal.signal(signal.SIGINT, signal.default_int_handler)
+try:
+    run_playbook(Path(sys.argv[1]), Path(sys.argv[2]), playbook=sys.argv[3])
+except KeyboardInterrupt:
+    sys.exit(130)
+sys.exit(0)
+"""
+
+
+def test_ctrl_c_stops_ansible_playbook_and_what_it_started(tmp_path):
+    # ansible-runner runs ansible-playbook under a pty of its own (a session of its own):
+    # a Ctrl-C raised inside the runner left it, and the task, running after the deployer
+    # had exited and released the cluster's lock.
+    marker = f"deployer-task-{tmp_path.name}"
+    inv, run_dir = _play(tmp_path, [{"name": "Work a long time", "ansible.builtin.shell": f"exec -a {marker} sleep 120",
+                                     "args": {"executable": "/bin/bash"}}])
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED_PLAY, str(inv), str(run_dir), str(tmp_path / "play.yml")])
+    deadline = time.monotonic() + 60
+    while not _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _running(marker), "the task never started"
+    proc.send_signal(signal.SIGINT)
+    began = time.monotonic()
+    assert proc.wait(timeout=30) == 130
+    assert time.monotonic() - began < 10
+    time.sleep(0.5)
+    left = _running(marker) + _running(str(tmp_path / "play.yml"))
+    assert left == [], subprocess.run(["ps", "-o", "pid,ppid,pgid,sid,stat,cmd", "-p", ",".join(left)], capture_output=True, text=True).stdout
+
+
+def _running(pattern: str) -> list[str]:
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()

@@ -7,13 +7,15 @@ import subprocess
 import pytest
 
 from deployer.errors import PreflightError
-from deployer.providers import local
+from deployer.providers import local, lxc
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 
 
 @pytest.fixture
-def healthy(monkeypatch):
+def healthy(monkeypatch, tmp_path_factory):
+    monkeypatch.setattr(local, "CLAIMS_DIR", tmp_path_factory.mktemp("claims"))
+    monkeypatch.setattr(lxc, "containers", lambda name: {})  # no container of the name on this host
     monkeypatch.setattr(local.os, "geteuid", lambda: 0)
     monkeypatch.setattr(local.shutil, "which", lambda tool: f"/usr/bin/{tool}")
     monkeypatch.setattr(local, "_mem_available_mb", lambda: 16000)
@@ -29,6 +31,31 @@ def check(tmp_path, **kw):
 def test_healthy_host_passes(healthy, tmp_path):
     check(tmp_path, nodes=8)
     assert list(tmp_path.iterdir()) == []
+    assert local.claim_holder("demo") == (tmp_path / "demo").resolve()
+
+
+def test_a_name_another_state_dir_holds_is_refused_naming_it(healthy, tmp_path):
+    # Two working directories, one name: the second `up` destroyed the first's cluster.
+    first, second = tmp_path / "a" / ".deployer", tmp_path / "b" / ".deployer"
+    check(first, name="lab", nodes=2)
+    owner = ClusterState(first, "lab")
+    owner.create()
+    owner.write_record(owner.origin_file, {"provider": "local", "terraform_env": {}})  # the first made its cluster
+    with pytest.raises(PreflightError, match=f"'lab' is in use on this machine by the state dir {first.resolve() / 'lab'}"):
+        check(second, name="lab", nodes=2)
+    assert not (second / "lab").exists()
+    check(first, name="lab", nodes=2)  # its own name stays its own
+    # Once the first is down (its records gone), the name is free.
+    local.LocalProvider().forget(owner, {})
+    owner.origin_file.unlink()
+    check(second, name="lab", nodes=2)
+    assert local.claim_holder("lab") == (second / "lab").resolve()
+
+
+def test_containers_this_state_dir_did_not_make_are_refused(healthy, monkeypatch, tmp_path):
+    monkeypatch.setattr(lxc, "containers", lambda name: {f"{name}-master": "running"})
+    with pytest.raises(PreflightError, match="lab-master of another cluster named 'lab' exist on this machine"):
+        check(tmp_path, name="lab", nodes=2)
 
 
 def test_not_root(healthy, monkeypatch, tmp_path):

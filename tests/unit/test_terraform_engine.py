@@ -167,3 +167,68 @@ def test_a_named_binary_that_is_not_there_is_a_usage_error(tmp_path):
 
     with pytest.raises(UsageError, match="terraform binary 'no-such-tofu' not found on PATH"):
         terraform.engine(tmp_path, None, "no-such-tofu")
+
+
+SLOW_MODULE = """
+resource "terraform_data" "fast" {}
+
+resource "terraform_data" "slow" {
+  provisioner "local-exec" {
+    command     = "exec -a MARKER sleep 120"
+    interpreter = ["/bin/bash", "-c"]
+  }
+}
+"""
+
+INTERRUPTED_APPLY = """
+import signal, sys
+from pathlib import Path
+from deployer import signals, terraform
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signals.install()
+eng = terraform.engine(Path(sys.argv[1]), Path(sys.argv[2]), None)
+eng.init()
+try:
+    eng.apply(lambda ev: None)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def _running(pattern):
+    import subprocess
+
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+
+
+@pytest.mark.parametrize("presses", [1, 3])
+def test_ctrl_c_during_apply_is_one_graceful_interrupt_and_the_state_is_kept(tmp_path, presses):
+    # A tired user presses Ctrl-C more than once: Terraform still gets one interrupt
+    # (a second means "exit now, data loss may occur"), saves what it made, and what its
+    # provisioner started is stopped too.
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker = f"deployer-tf-{tmp_path.name}"
+    d = tmp_path / "mod"
+    d.mkdir()
+    (d / "main.tf").write_text(SLOW_MODULE.replace("MARKER", marker))
+    log = tmp_path / "tf.jsonl"
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTED_APPLY, str(d), str(log)])
+    deadline = time.monotonic() + 120
+    while not _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _running(marker), "the provisioner never started"
+    began = time.monotonic()
+    for _ in range(presses):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+    assert proc.wait(timeout=60) == 130
+    assert time.monotonic() - began < 15
+    text = log.read_text()
+    assert text.count("Interrupt received") == 1 and "Two interrupts received" not in text
+    state = json.loads((d / "terraform.tfstate").read_text())
+    assert {r["name"] for r in state["resources"]} >= {"fast"}
+    assert _running(marker) == []
