@@ -112,8 +112,11 @@ def collect_and_act(root: Path, *, cloud: str | None, destroy: bool, dry_run: bo
         else:
             ui.step(f"{e.name}: expired {ago} ago: destroying")
             try:
-                lifecycle.down(ClusterState(root, e.name))
+                lifecycle.down(ClusterState(root, e.name), only_if_expired=True)
                 entry["action"] = "destroyed"
+            except lifecycle.NoLongerExpired as kept:
+                entry["action"] = "kept: extended"
+                ui.info(f"{e.name}: {kept}")
             except DeployerError as err:
                 entry["action"] = f"failed: {err}"
                 ui.error(f"{e.name}: {err}")

@@ -232,15 +232,27 @@ def smoke_check(state: ClusterState, cluster: dict[str, Any]) -> list[str]:
     return got
 
 
-def down(state: ClusterState) -> bool:
+class NoLongerExpired(DeployerError):
+    """`gc` found the cluster expired, but its lifetime was extended (or removed) since."""
+
+
+def down(state: ClusterState, *, only_if_expired: bool = False) -> bool:
     """Destroy everything of the cluster; keep runs/ (logs) and bench/ (results). False if
-    nothing was recorded. The state dir goes only once the provider proves nothing is left."""
+    nothing was recorded. The state dir goes only once the provider proves nothing is left.
+
+    `only_if_expired` (gc): the expiry is read again under the cluster's lock, so an
+    `up --ttl` that extended the cluster after gc listed it keeps it."""
     origin = origin_of(state)
     if origin is None:
         return False
     name, env = origin
     provider = get_provider(name)
     with state.lock("down"):
+        if only_if_expired:
+            left = lifetime.seconds_left(state.read_record(state.lifetime_file), lifetime.now())
+            if left is None or left > 0:
+                until = "no expiry any more" if left is None else f"{lifetime.human(left)} left"
+                raise NoLongerExpired(f"cluster {state.name} was extended since it was listed ({until}); kept")
         run_dir = state.new_run_dir("down")
         workdir = state.terraform_dir / name
         if terraform.has_resources(workdir):

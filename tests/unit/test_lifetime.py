@@ -99,3 +99,28 @@ def test_gc_lists_state_dirs_whose_expiry_is_past(tmp_path):
     found = gc.from_state(tmp_path, T0)
     assert [(e.name, e.provider, e.in_state) for e in found] == [("old", "local", True)]
     assert json.loads(json.dumps(found[0].to_json()))["expires_at"] == "2026-11-23T11:00:00Z"
+
+
+def test_gc_reads_the_expiry_again_under_the_lock_before_destroying(tmp_path, monkeypatch):
+    # gc lists, then destroys; an `up --ttl 8h` in between extended the cluster: kept.
+    st = ClusterState(tmp_path, "lab")
+    st.write_record(st.origin_file, {"provider": "local", "terraform_env": {}})
+    st.write_record(st.lifetime_file, {"ttl": "1h", "set_at": "x", "expires_at": "2026-11-23T11:00:00Z"})
+    listed = gc.find(tmp_path, None, T0)  # the read gc acts on
+    assert [e.name for e in listed] == ["lab"]
+    extended = lifetime.next_record("8h", None, ttl_given=True, at=lifetime.now())
+    st.write_record(st.lifetime_file, extended)
+    monkeypatch.setattr(gc, "find", lambda root, cloud, at: listed)
+    results = gc.collect_and_act(tmp_path, cloud=None, destroy=True, dry_run=False)
+    assert [r["action"] for r in results] == ["kept: extended"]
+    assert st.origin_file.exists() and st.lifetime_file.exists()  # nothing destroyed
+
+
+def test_down_for_gc_refuses_a_cluster_with_no_expiry_any_more(tmp_path):
+    from deployer import lifecycle
+
+    st = ClusterState(tmp_path, "lab")
+    st.write_record(st.origin_file, {"provider": "local", "terraform_env": {}})
+    with pytest.raises(lifecycle.NoLongerExpired, match="no expiry any more"):
+        lifecycle.down(st, only_if_expired=True)
+    assert st.origin_file.exists()
