@@ -47,3 +47,8 @@ class LockedError(DeployerError):
     """Another deployer process is changing this cluster."""
 
     exit_code = 1
+
+
+class NoLongerExpired(DeployerError):
+    """`gc` listed the cluster as expired, but its lifetime was extended (or removed) since:
+    it is kept (exit 1 only when nothing else went right)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ui
-from .errors import DeployerError
+from .errors import DeployerError, NoLongerExpired
 from .lifetime import human, iso, now, parse_iso
 from .providers.openstack_teardown import CLUSTER_KEY, expiry
 from .state import ClusterState
@@ -114,7 +114,7 @@ def collect_and_act(root: Path, *, cloud: str | None, destroy: bool, dry_run: bo
             try:
                 lifecycle.down(ClusterState(root, e.name), only_if_expired=True)
                 entry["action"] = "destroyed"
-            except lifecycle.NoLongerExpired as kept:
+            except NoLongerExpired as kept:
                 entry["action"] = "kept: extended"
                 ui.info(f"{e.name}: {kept}")
             except DeployerError as err:
@@ -135,7 +135,10 @@ def _cloud_only(e: Expired, ago: str, cloud: str | None, *, destroy: bool, dry_r
 
     ui.step(f"{e.name}: expired {ago} ago, {where}: deleting by its metadata")
     try:
-        deleted = delete_cluster({"OS_CLOUD": cloud or ""}, e.name, say=ui.info)
+        deleted = delete_cluster({"OS_CLOUD": cloud or ""}, e.name, say=ui.info, expired_at=now())
+    except NoLongerExpired as kept:
+        ui.info(f"{e.name}: {kept}")
+        return "kept: extended"
     except DeployerError as err:
         ui.error(f"{e.name}: {err}")
         return f"failed: {err}"

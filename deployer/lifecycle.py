@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from . import boot, drift, inventory, ledger, lifetime, nodes, terraform, timings, ui
-from .errors import DeployerError, OperationFailed, UsageError
+from .errors import DeployerError, NoLongerExpired, OperationFailed, UsageError
 from .providers import get_provider
 from .readiness import wait_for_boot
 from .remote import MasterRunner
@@ -230,10 +230,6 @@ def smoke_check(state: ClusterState, cluster: dict[str, Any]) -> list[str]:
         detail = f"missing {', '.join(missing)}" if missing else (err.strip().splitlines() or [f"rc {rc}"])[-1]
         raise OperationFailed(f"smoke check `{cmd}` failed on the master: {detail}")
     return got
-
-
-class NoLongerExpired(DeployerError):
-    """`gc` found the cluster expired, but its lifetime was extended (or removed) since."""
 
 
 def down(state: ClusterState, *, only_if_expired: bool = False) -> bool:

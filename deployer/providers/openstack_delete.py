@@ -12,25 +12,35 @@ that `down` uses must find nothing.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from ..errors import OperationFailed
+from ..errors import NoLongerExpired, OperationFailed
 from .openstack_observe import observe, session, tagged
 from .openstack_session import cloud_errors
-from .openstack_teardown import cluster_servers
+from .openstack_teardown import cluster_servers, expiry
 
 SERVER_DELETE_TIMEOUT_S = 600
 
 
-def delete_cluster(env: dict[str, str], cluster: str, *, say=print) -> list[str]:
+def delete_cluster(env: dict[str, str], cluster: str, *, say=print, expired_at: datetime | None = None) -> list[str]:
     """Delete everything of `cluster`; returns what was deleted. OperationFailed when
-    the cluster has no server with its metadata, or when something is left."""
+    the cluster has no server with its metadata, or when something is left.
+
+    `expired_at` (gc): the servers' expiry is read again right before deleting, and a
+    cluster whose earliest expiry is later than that (an `up --ttl` extended it after gc
+    listed it), or that has none any more, is kept: NoLongerExpired."""
     deleted: list[str] = []
     with session(env) as conn, cloud_errors(conn, f"deleting cluster {cluster} by its metadata"):
         servers = cluster_servers(conn, cluster)
         if not servers:
             raise OperationFailed(f"no server carries deployer_cluster={cluster}: nothing proves {cluster!r} is a deployer cluster; "
                                   "delete by hand if it is")
+        if expired_at is not None:
+            ends = [e for e in map(expiry, servers) if e is not None]
+            if not ends or min(ends) > expired_at:
+                until = f"now expires {min(ends).isoformat()}" if ends else "no expiry any more"
+                raise NoLongerExpired(f"cluster {cluster} was extended since it was listed ({until}); kept")
         for s in servers:
             say(f"  deleting server {s.name}")
             conn.compute.delete_server(s)

@@ -12,6 +12,7 @@ from deployer.providers.base import Machine, Observation
 from deployer.providers.openstack import OpenStackProvider
 from deployer.providers.openstack_delete import delete_cluster
 from deployer.providers.openstack_observe import observe
+from deployer.providers.openstack_teardown import EXPIRY_KEY
 
 from . import module_resources
 from .test_preflight import make_spec
@@ -99,6 +100,24 @@ def test_gc_deletes_an_expired_cloud_only_cluster_and_nothing_else(os_env, membe
     assert module_resources.leftovers(member, old) == [f"network {old}-net"]  # the look-alike only
     assert member.network.get_network(lookalike.id)
     assert module_resources.leftovers(member, keep) and module_resources.leftovers(member, fresh)
+
+
+def test_gc_keeps_a_cloud_only_cluster_extended_after_it_was_listed(os_env, member, tmp_path, cluster_name, monkeypatch):
+    # gc lists, then deletes; an `up --ttl 8h` elsewhere rewrote the servers' expiry in
+    # between. The expiry is read again right before deleting: the cluster stays.
+    module_resources.make_cluster(member, cluster_name, 1, volume=False, floating_ip=False,
+                                  expires_at="2026-11-20T08:00:00Z", cidr="192.168.80.0/24")
+    listed = gc.find(tmp_path / "no-state", "testcloud", gc.now())
+    assert [e.name for e in listed] == [cluster_name]
+    for server in member.compute.servers(name=f"^{cluster_name}-"):
+        member.compute.set_server_metadata(server, **{EXPIRY_KEY: "2099-01-01T00:00:00Z"})
+    monkeypatch.setattr(gc, "find", lambda root, cloud, at: listed)  # the listing it acts on, made before
+    try:
+        results = gc.collect_and_act(tmp_path / "no-state", cloud="testcloud", destroy=True, dry_run=False)
+        assert [(r["name"], r["action"]) for r in results] == [(cluster_name, "kept: extended")]
+        assert f"server {cluster_name}-master" in module_resources.leftovers(member, cluster_name)
+    finally:
+        module_resources.delete_all(member, cluster_name)
 
 
 def test_delete_by_metadata_refuses_a_name_no_server_vouches_for(os_env, member, cluster_name):
