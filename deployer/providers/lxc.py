@@ -404,7 +404,7 @@ def network_up(cluster: str, bridge: str, subnet: str, gateway: str, only_master
     if gateway.split("/")[0] + "/" not in have:
         sh("ip", "addr", "add", gateway, "dev", bridge)
     sh("ip", "link", "set", bridge, "up")
-    Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+    forwarding_on()
     table = nft_table(cluster)
     # Recreated whole on every run, so a re-run converges and never duplicates rules.
     rules = ruleset(cluster, bridge, subnet, only_master)
@@ -417,7 +417,12 @@ def network_up(cluster: str, bridge: str, subnet: str, gateway: str, only_master
 
 def ruleset(cluster: str, bridge: str, subnet: str, only_master: str | None = None) -> str:
     """The cluster's nftables table: NAT to the host's networks, forwarding, and with
-    `only_master` the rule that keeps the host off the workers."""
+    `only_master` the rule that keeps the host off the workers.
+
+    Forwarding: the nodes may open connections out; from elsewhere only replies come in
+    (the host is no router into the cluster network). The chain's policy stays accept and
+    the drop names the bridge: a drop policy in a base chain would drop every forwarded
+    packet on this machine, other bridges' and other clusters' too."""
     table = nft_table(cluster)
     return f"""
 table ip {table} {{
@@ -429,6 +434,7 @@ table ip {table} {{
     type filter hook forward priority filter; policy accept;
     iifname "{bridge}" accept
     oifname "{bridge}" ct state established,related accept
+    oifname "{bridge}" drop
   }}{_isolation(bridge, only_master)}
 }}
 """
@@ -450,7 +456,32 @@ def _isolation(bridge: str, only_master: str | None) -> str:
 def network_down(cluster: str, bridge: str) -> None:
     sh("nft", "delete", "table", "ip", nft_table(cluster), check=False, quiet=True)
     sh("ip", "link", "del", bridge, check=False, quiet=True)
+    forwarding_restored()
     log(f"network {bridge} removed")
+
+
+# The nodes reach the host's networks through it: IPv4 forwarding, a host-wide switch.
+# Turned on by the first cluster when it was off (the mark says so), and off again by the
+# last cluster's `down`; left alone when it was on before (a router, Docker, a VM host).
+IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+FORWARD_MARK = Path("/var/lib/deployer/ip_forward-was-off")
+
+
+def forwarding_on() -> None:
+    if IP_FORWARD.read_text().strip() != "1":
+        FORWARD_MARK.parent.mkdir(parents=True, exist_ok=True)
+        FORWARD_MARK.touch()
+        IP_FORWARD.write_text("1\n")
+
+
+def forwarding_restored() -> None:
+    if not FORWARD_MARK.exists():
+        return
+    proc = sh("nft", "list", "tables", check=False, quiet=True)
+    if proc.returncode != 0 or "deployer_" in proc.stdout:  # another cluster still needs it (or cannot tell)
+        return
+    IP_FORWARD.write_text("0\n")
+    FORWARD_MARK.unlink(missing_ok=True)
 
 
 # -- nodes --------------------------------------------------------------------------

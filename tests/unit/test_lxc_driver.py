@@ -97,3 +97,26 @@ def test_a_table_that_is_not_there_is_absent(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     seen = LocalProvider().observe(ClusterState(tmp_path, "gone"), {}, ["gone-master"])
     assert seen.remaining() == []
+
+
+def test_ip_forward_is_turned_off_again_by_the_last_down_only_when_the_deployer_turned_it_on(tmp_path, monkeypatch):
+    # The switch and the mark in files of the test's own; nft answers as the host would.
+    switch, mark = tmp_path / "ip_forward", tmp_path / "mark"
+    monkeypatch.setattr(lxc, "IP_FORWARD", switch)
+    monkeypatch.setattr(lxc, "FORWARD_MARK", mark)
+    tables = {"text": ""}
+    monkeypatch.setattr(lxc, "sh", lambda *a, **k: subprocess.CompletedProcess(a, 0, tables["text"], ""))
+    switch.write_text("0\n")
+    lxc.forwarding_on()
+    assert switch.read_text() == "1\n" and mark.exists()
+    tables["text"] = "table ip deployer_other\n"  # another cluster still up: stays on
+    lxc.forwarding_restored()
+    assert switch.read_text() == "1\n"
+    tables["text"] = "table inet filter\n"
+    lxc.forwarding_restored()
+    assert switch.read_text() == "0\n" and not mark.exists()
+    # On before the deployer came: left on.
+    switch.write_text("1\n")
+    lxc.forwarding_on()
+    lxc.forwarding_restored()
+    assert switch.read_text() == "1\n" and not mark.exists()
