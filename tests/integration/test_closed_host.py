@@ -55,9 +55,25 @@ def test_other_networks_cannot_open_connections_into_the_cluster(local_cluster, 
                                  f"import socket; s = socket.create_server(({NS_IP!r}, 8765)); s.settimeout(60); s.accept()"])
     try:
         time.sleep(1)
-        p = local_cluster.deployer("ssh", "--", "timeout", "5", "bash", "-c", f"'</dev/tcp/{NS_IP}/8765'", timeout=60)
+        p = local_cluster.deployer("ssh", "master", "--", "timeout", "5", "bash", "-c", f"'</dev/tcp/{NS_IP}/8765'", timeout=60)
         assert p.returncode == 0, p.stderr
+        assert listener.wait(timeout=30) == 0  # it was that listener that answered
     finally:
         listener.kill()
     # From that network to the master's sshd (forwarded, new): dropped.
     assert _connect(in_ns, master["private_ip"], 22) != 0
+
+
+def test_the_cluster_key_logs_in_from_the_cluster_network_only(local_cluster):
+    # The mesh key pair is on every node; authorised with from="<cluster network>", a copy
+    # taken from a worker is no login elsewhere. From the master: to a worker over the
+    # cluster network it works; to itself over loopback (outside that network) it does not.
+    worker = local_cluster.cluster_output()["nodes"][1]["private_ip"]
+    ok = local_cluster.deployer("ssh", "master", "--", "ssh", "-o", "BatchMode=yes", worker, "true", timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    refused = local_cluster.deployer("ssh", "master", "--", "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+                                     "-o", "UserKnownHostsFile=/dev/null", "127.0.0.1", "true", timeout=60)
+    assert refused.returncode == 255 and "Permission denied" in refused.stderr, refused.stderr
+    keys = local_cluster.deployer("ssh", "master", "--", "cat", ".ssh/authorized_keys", timeout=60).stdout
+    assert [line for line in keys.splitlines() if line.endswith("-mesh")] == [
+        line for line in keys.splitlines() if line.startswith(f'from="{local_cluster.cluster_output()["cluster_cidr"]}" ')]
