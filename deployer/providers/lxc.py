@@ -541,6 +541,12 @@ def stable_mac(ip: str) -> str:
     return "02:d5:" + ":".join(f"{b:02x}" for b in octets)
 
 
+def _fstab(path: str) -> str:
+    """A path as an fstab field (LXC reads mount entries with getmntent): a working
+    directory with a space in its name otherwise splits the entry."""
+    return path.replace("\\", "\\134").replace(" ", "\\040").replace("\t", "\\011")
+
+
 def _write_config(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, mounts: list[Path], lower: Path) -> None:
     host_shared, guest_shared = shared.split(":", 1)
     lines = [
@@ -561,12 +567,12 @@ def _write_config(name: str, ip: str, gateway: str, bridge: str, shared: str, me
         f"lxc.net.0.ipv4.gateway = {gateway}",
         f"{_memory_key()} = {memory_mb}M",
         # The shared dir: a host bind mount where NFS mounts it on the cloud.
-        f"lxc.mount.entry = {host_shared} {guest_shared.lstrip('/')} none bind,create=dir 0 0",
+        f"lxc.mount.entry = {_fstab(host_shared)} {_fstab(guest_shared.lstrip('/'))} none bind,create=dir 0 0",
     ]
     if not Path("/sys/kernel/security/apparmor").exists():
         lines.append("lxc.apparmor.profile = unconfined")  # no AppArmor on this host to confine with
     for m in mounts:  # the host's local package folders, read-only
-        lines.append(f"lxc.mount.entry = {m} {str(m).lstrip('/')} none bind,ro,create=dir 0 0")
+        lines.append(f"lxc.mount.entry = {_fstab(str(m))} {_fstab(str(m).lstrip('/'))} none bind,ro,create=dir 0 0")
     (LXC_PATH / name / "config").write_text("\n".join(lines) + "\n")
 
 

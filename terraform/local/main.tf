@@ -68,7 +68,7 @@ resource "terraform_data" "node" {
   # self.id (new whenever Terraform makes the node anew) becomes the container's
   # cloud-init instance-id: the node's identity in the cluster output.
   provisioner "local-exec" {
-    command = "${self.input.driver} node-up --name ${self.input.name} --ip ${self.input.ip}/${self.input.prefix_len} --gateway ${self.input.gateway} --bridge ${self.input.bridge} --shared ${self.input.shared} --memory-mb ${self.input.memory_mb} --user-data '${self.input.user_data}' --instance-id ${self.id}"
+    command = "${self.input.driver} node-up --name ${self.input.name} --ip ${self.input.ip}/${self.input.prefix_len} --gateway ${self.input.gateway} --bridge ${self.input.bridge} --shared '${self.input.shared}' --memory-mb ${self.input.memory_mb} --user-data '${self.input.user_data}' --instance-id ${self.id}"
   }
 
   provisioner "local-exec" {

@@ -57,12 +57,13 @@ def _why_not() -> str | None:
 
 
 @contextmanager
-def cluster_up(tmp_path_factory, name: str, spec: str, *up_args: str) -> Iterator[Cluster]:
-    """A real local cluster from `spec` (cluster.yaml text), up for the block, down after it."""
+def cluster_up(tmp_path_factory, name: str, spec: str, *up_args: str, workdir: str | None = None) -> Iterator[Cluster]:
+    """A real local cluster from `spec` (cluster.yaml text), up for the block, down after it;
+    run from a new directory named `workdir` (default: the cluster's name)."""
     reason = _why_not()
     if reason:
         pytest.skip(reason)
-    c = Cluster(tmp_path_factory.mktemp(name), name=name)
+    c = Cluster(tmp_path_factory.mktemp(workdir or name), name=name)
     (c.workdir / "cluster.yaml").write_text(spec)
     p = c.deployer("up", *up_args, timeout=2400)
     c.up_log = p.stderr

@@ -1,7 +1,9 @@
 """A cluster's lifetime on a real local cluster of its own (1 node, no monitoring or
 notebook, so it comes up quickly): `up --ttl`, `status` showing the time left, `gc`
 listing it only once expired, `gc --yes` removing every container, bridge and nft table
-of it, and the ledger's node-hours."""
+of it, and the ledger's node-hours. Run from a directory with a space in its name: every
+local `up` failed there (an unquoted path in the module's local-exec, and LXC's mount
+entry split at the space)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ SUBNET = "10.80.0.0/24"
 @pytest.fixture(scope="module")
 def ttl_cluster(tmp_path_factory):
     spec = f"name: {NAME}\nnodes: 1\nmonitoring: false\njupyter: false\nlocal:\n  subnet: {SUBNET}\n"
-    with cluster_up(tmp_path_factory, NAME, spec, "--ttl", "1m") as c:
+    with cluster_up(tmp_path_factory, NAME, spec, "--ttl", "1m", workdir="ttl cluster") as c:
+        assert " " in str(c.workdir)
         assert "lifetime: expires in" in c.up_log
         yield c
 
