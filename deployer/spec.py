@@ -267,7 +267,7 @@ scheduler: none       # none (mpirun over the hostfile) | slurm (sbatch/srun; do
 # ttl: 8h             # expiry (30m, 8h, 2d, 1w): `deployer gc --yes` destroys the cluster after it
 
 local:
-  subnet: 10.77.0.0/24  # private bridge; must not collide with a host route
+  # subnet: 10.77.0.0/24  # private bridge; default: this, or the next free /24 after it on this machine
   memory_mb: 1536       # per node container
   access: direct        # via_master: reach workers only through the master, as on OpenStack
 

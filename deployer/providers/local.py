@@ -136,13 +136,41 @@ class LocalProvider:
                 f"{spec.nodes} nodes x {spec.local.memory_mb} MiB do not fit in {have + HOST_RESERVE_MB} MiB available: "
                 f"use --nodes {fit} or less, or lower local.memory_mb"
             )
-        subnet = spec.local.subnet
+        self._place_subnet(spec, state)
+
+    def _place_subnet(self, spec: "ClusterSpec", state: "ClusterState") -> None:
+        """The cluster's subnet: the one the spec names, else the one the cluster was made
+        with, else the default or the next free /24 after it (a second local cluster of
+        default spec gets one of its own instead of a refusal). Sets spec.local.subnet."""
         own = bridge_name(spec.name)
-        for net, dev in _host_routes():
-            if dev != own and net.overlaps(subnet):
-                raise PreflightError(
-                    f"local.subnet {subnet} collides with the host route {net} on {dev}: pick another, e.g. local.subnet: 10.78.0.0/24"
-                )
+        routes = [(net, dev) for net, dev in _host_routes() if dev != own]
+
+        def collision(subnet: ipaddress.IPv4Network) -> tuple[ipaddress.IPv4Network, str] | None:
+            return next(((net, dev) for net, dev in routes if net.overlaps(subnet)), None)
+
+        recorded = state.read_record(state.spec_file)
+        made_with = ((recorded or {}).get("spec", {}).get("local") or {}).get("subnet")
+        if "subnet" not in spec.local.model_fields_set and made_with:
+            spec.local.subnet = made_with
+        if "subnet" in spec.local.model_fields_set:
+            hit = collision(spec.local.subnet)
+            if hit:
+                raise PreflightError(f"local.subnet {spec.local.subnet} collides with the host route {hit[0]} on {hit[1]}: "
+                                     "pick another, e.g. local.subnet: 10.78.0.0/24")
+            return
+        default = spec.local.subnet
+        for candidate in default.supernet(new_prefix=16).subnets(new_prefix=24):
+            if candidate >= default and collision(candidate) is None:
+                if candidate != default:
+                    from .. import ui
+
+                    net, dev = collision(default)
+                    ui.info(f"local.subnet: {default} is taken on this machine ({net} on {dev}); using {candidate}")
+                spec.local.subnet = candidate
+                return
+        net, dev = collision(default)
+        raise PreflightError(f"local.subnet: no /24 from {default} up in {default.supernet(new_prefix=16)} is free of this "
+                             f"machine's routes ({net} on {dev}): set local.subnet, e.g. local.subnet: 10.78.0.0/24")
 
     def _refuse_foreign(self, name: str) -> None:
         """Containers, a bridge or a table by this cluster's name that this state dir did not

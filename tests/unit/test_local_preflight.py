@@ -81,7 +81,22 @@ def test_too_many_nodes_for_memory_names_the_largest_that_fits(healthy, monkeypa
 def test_subnet_colliding_with_a_host_route(healthy, monkeypatch, tmp_path):
     monkeypatch.setattr(local, "_host_routes", lambda: [(ipaddress.IPv4Network("10.77.0.0/16"), "eth1")])
     with pytest.raises(PreflightError, match="collides with the host route 10.77.0.0/16 on eth1"):
+        check(tmp_path, nodes=2, local={"subnet": "10.77.3.0/24"})
+    with pytest.raises(PreflightError, match="no /24 from 10.77.0.0/24 up in 10.77.0.0/16 is free"):
         check(tmp_path, nodes=2)
+
+
+def test_a_second_cluster_of_default_spec_gets_the_next_free_subnet_and_keeps_it(healthy, monkeypatch, tmp_path):
+    routes = [(ipaddress.IPv4Network("10.77.0.0/24"), "dpl-first"), (ipaddress.IPv4Network("10.77.1.0/24"), "dpl-second")]
+    monkeypatch.setattr(local, "_host_routes", lambda: routes)
+    spec = check(tmp_path, name="third", nodes=1)
+    assert str(spec.local.subnet) == "10.77.2.0/24"
+    # Recorded with the cluster; a later `up` keeps it, even once a lower one is free again.
+    st = ClusterState(tmp_path, "third")
+    st.create()
+    st.write_record(st.spec_file, {"spec": spec.model_dump(mode="json")})
+    routes[:] = [(ipaddress.IPv4Network("10.77.2.0/24"), "dpl-third")]
+    assert str(check(tmp_path, name="third", nodes=1).local.subnet) == "10.77.2.0/24"
 
 
 def test_own_bridge_route_is_not_a_collision(healthy, monkeypatch, tmp_path):
