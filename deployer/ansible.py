@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from . import signals, ui
 from .errors import OperationFailed
 from .paths import ansible_dir
@@ -84,8 +86,6 @@ class Canceller:
     process under the play, and `stop_leftovers` ends those the runner's kill missed."""
 
     def __init__(self, flag: signals.Flag):
-        import psutil
-
         self.flag = flag
         self.before = {p.pid for p in psutil.Process().children()}  # not the play's
         self.doomed: list = []
@@ -94,8 +94,6 @@ class Canceller:
         if self.flag.raised is None:
             return False
         if not self.doomed:
-            import psutil
-
             for child in psutil.Process().children():
                 if child.pid not in self.before:
                     with contextlib.suppress(psutil.Error):
@@ -103,8 +101,6 @@ class Canceller:
         return True
 
     def stop_leftovers(self) -> None:
-        import psutil
-
         alive = [p for p in self.doomed if p.is_running()]
         for p in alive:
             with contextlib.suppress(psutil.Error):

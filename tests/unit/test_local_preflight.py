@@ -16,6 +16,7 @@ from deployer.state import ClusterState
 def healthy(monkeypatch, tmp_path_factory):
     monkeypatch.setattr(local, "CLAIMS_DIR", tmp_path_factory.mktemp("claims"))
     monkeypatch.setattr(lxc, "containers", lambda name: {})  # no container of the name on this host
+    monkeypatch.setattr(lxc, "nft_table_exists", lambda name: False)  # nor its table
     monkeypatch.setattr(local.os, "geteuid", lambda: 0)
     monkeypatch.setattr(local.shutil, "which", lambda tool: f"/usr/bin/{tool}")
     monkeypatch.setattr(local, "_mem_available_mb", lambda: 16000)
