@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +20,6 @@ if TYPE_CHECKING:
     from ..spec import ClusterSpec
     from ..state import ClusterState
     from .openstack_preflight import PreflightResult
-
-UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
-
 
 class OpenStackProvider:
     name = "openstack"
@@ -57,6 +53,8 @@ class OpenStackProvider:
         o = spec.openstack
         m = spec.monitoring
         expose = bool(m.enabled and m.expose)
+        from .openstack_preflight import UUID
+
         image_key = "image_id" if UUID.match(o.image) else "image_name"
         values: dict[str, Any] = {
             "cloud": o.cloud,

@@ -10,17 +10,33 @@ the environment recorded when the cluster was made (OS_CLOUD, the clouds.yaml pa
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
+from ..nodes import node_name_pattern
 from ..terraform import environment
 from .base import Machine, Observation
-from .openstack_preflight import own_servers
 from .openstack_session import cloud_errors, connect, quiet_sdk_logs
 
 # Nova statuses of a server that exists but does not run; ERROR and the rest count as
 # running-but-broken and are left to the boot wait, which names the node.
 STOPPED = {"SHUTOFF", "SUSPENDED", "PAUSED", "SHELVED", "SHELVED_OFFLOADED", "STOPPED"}
+
+
+def own_servers(conn: Any, cluster: str) -> list[Any]:
+    """This cluster's servers: the name filter narrows the list, the metadata that
+    terraform/openstack sets (deployer_cluster) decides; a look-alike name is not ours.
+
+    Nova hands the name filter to the database as a regular expression, and on MySQL or
+    MariaDB (most clouds) it escapes every `|` first (nova.db.utils._safe_regex_mysql):
+    an alternation such as `-(master|worker-N)` matches nothing there. So the filter is
+    the plain prefix and the full pattern is applied here."""
+    pattern = re.compile(node_name_pattern(cluster))
+    return [
+        s for s in conn.compute.servers(details=True, name=f"^{cluster}-")
+        if pattern.match(s.name or "") and (s.metadata or {}).get("deployer_cluster") == cluster
+    ]
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PreflightError
-from ..nodes import node_name_pattern
+from .openstack_observe import own_servers
 from .openstack_quota import _quota_message, _quotas, fit, gpus_from_extra_specs, needs, net_of, own_usage
 from .openstack_session import client_config_env, cloud_errors, connect, quiet_sdk_logs
 
@@ -71,11 +71,13 @@ def routed_to(conn: Any, network_id: str, external_id: str) -> bool | None:
     return None if hidden else False
 
 
+# An OpenStack ID (what the module takes as *_id rather than looking up by name).
+UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
+
+
 def find_image(conn: Any, ref: str) -> Any:
     """The image by ID, else by name; of several with that name the newest, as
     terraform/openstack's look-up (most_recent) picks it. Active ones first."""
-    from .openstack import UUID
-
     if UUID.match(ref):
         image = conn.image.find_image(ref, ignore_missing=True)
         if image is not None:
@@ -85,21 +87,6 @@ def find_image(conn: Any, ref: str) -> Any:
         return None
     active = [i for i in named if (i.status or "active") == "active"]
     return max(active or named, key=lambda i: i.created_at or "")
-
-
-def own_servers(conn: Any, cluster: str) -> list[Any]:
-    """This cluster's servers: the name filter narrows the list, the metadata that
-    terraform/openstack sets (deployer_cluster) decides; a look-alike name is not ours.
-
-    Nova hands the name filter to the database as a regular expression, and on MySQL or
-    MariaDB (most clouds) it escapes every `|` first (nova.db.utils._safe_regex_mysql):
-    an alternation such as `-(master|worker-N)` matches nothing there. So the filter is
-    the plain prefix and the full pattern is applied here."""
-    pattern = re.compile(node_name_pattern(cluster))
-    return [
-        s for s in conn.compute.servers(details=True, name=f"^{cluster}-")
-        if pattern.match(s.name or "") and (s.metadata or {}).get("deployer_cluster") == cluster
-    ]
 
 
 def check(spec: ClusterSpec, *, cluster_exists: bool = False) -> PreflightResult:
