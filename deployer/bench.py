@@ -625,13 +625,14 @@ def push_results(state: Any, cluster: dict[str, Any], report: dict[str, Any]) ->
     """The report -> the Pushgateway on the master, through an SSH tunnel (-> Grafana's
     Benchmarks dashboard). A failure is a warning: the results are in the state dir."""
     from deployer import metrics
+    from deployer.credentials import pushgateway_login
     from deployer.remote import ssh_argv
     from deployer.tunnel import open_tunnel
 
     master = cluster["nodes"][0]
     try:
         with open_tunnel(ssh_argv(state, cluster, master), master["private_ip"], metrics.PUSHGATEWAY_PORT) as port:
-            metrics.push_bench_results(f"http://127.0.0.1:{port}", report)
+            metrics.push_bench_results(f"http://127.0.0.1:{port}", report, login=pushgateway_login(state.secrets_dir))
     except (OperationFailed, OSError) as e:
         ui.warn(f"results not pushed to the Pushgateway ({e}); they are saved in the state dir")
         return False

@@ -1,10 +1,11 @@
 """`deployer dashboard`: SSH tunnels to the monitoring services on the master, and their URLs.
 
-Nothing on the master listens beyond the cluster network unless monitoring.expose is on,
-so the way in is an SSH local forward through the master (deployer.tunnel), bound to
-127.0.0.1 on this machine. describe() is what `deployer dashboard` and
-`deployer dashboard --print` show: URLs, and where Grafana's admin password is
-(never the password itself).
+Nothing on the master listens beyond the cluster network except Grafana when
+monitoring.expose is on (HTTPS with the deployer's self-signed certificate; Prometheus
+and the Pushgateway never), so the way in is an SSH local forward through the master
+(deployer.tunnel), bound to 127.0.0.1 on this machine. describe() is what `deployer
+dashboard` and `deployer dashboard --print` show: URLs, where the logins' passwords are
+(never the passwords themselves), and the certificate's fingerprint.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .credentials import PUSHGATEWAY_PASSWORD, PUSHGATEWAY_USER, grafana_fingerprint
 from .tunnel import open_tunnels, tunnel_command
 
 GRAFANA_PASSWORD_FILE = "grafana_admin_password"  # in the state dir's secrets dir; the grafana role writes it
@@ -91,17 +93,21 @@ def describe(
     asked for it (default: the same), so a note can say why it does not run.
     """
     wanted = grafana if wanted is None else wanted
+    # Grafana serves HTTPS only when exposed: the deployer made it a certificate then.
+    fingerprint = grafana_fingerprint(Path(secrets_dir)) if grafana else None
     entries = []
     for s in services(grafana=grafana):
+        scheme = "https" if (s is GRAFANA and fingerprint) else "http"
+        public = public_host if s is GRAFANA else None  # Prometheus and the Pushgateway are never exposed
         if local_ports and s.name in local_ports:
-            url, via = f"http://127.0.0.1:{local_ports[s.name]}{s.path}", "ssh tunnel"
+            url, via = f"{scheme}://127.0.0.1:{local_ports[s.name]}{s.path}", "ssh tunnel"
         elif direct:
-            url, via = f"http://{master_ip}:{s.port}{s.path}", "cluster network"
-        elif public_host:
-            url, via = f"http://{public_host}:{s.port}{s.path}", "public address (security group)"
+            url, via = f"{scheme}://{master_ip}:{s.port}{s.path}", "cluster network"
+        elif public:
+            url, via = f"{scheme}://{public}:{s.port}{s.path}", "public address (security group)"
         else:
             url, via = None, None
-        public_url = f"http://{public_host}:{s.port}{s.path}" if public_host else None
+        public_url = f"{scheme}://{public}:{s.port}{s.path}" if public else None
         entries.append({"name": s.name, "title": s.title, "url": url, "via": via, "remote": f"{master_ip}:{s.port}",
                         "public_url": public_url})
 
@@ -117,11 +123,17 @@ def describe(
     else:
         notes.append("Grafana is off (monitoring.grafana: false).")
 
+    if fingerprint:
+        notes.append(f"Grafana's certificate is self-signed: SHA-256 {fingerprint}; log in only if your browser shows this.")
+    push_file = Path(secrets_dir) / PUSHGATEWAY_PASSWORD
+    push_login = {"user": PUSHGATEWAY_USER, "password_file": str(push_file)} if push_file.exists() else None
+
     ssh_command = None
     if ssh_base_cmd and any(e["url"] is None for e in entries):
         forwards = [(s.port, master_ip, s.port) for s in services(grafana=grafana)]
         ssh_command = shlex.join(tunnel_command(ssh_base_cmd, forwards))
-    return {"services": entries, "grafana_login": login, "ssh_command": ssh_command, "notes": notes}
+    return {"services": entries, "grafana_login": login, "pushgateway_login": push_login, "grafana_tls_sha256": fingerprint,
+            "ssh_command": ssh_command, "notes": notes}
 
 
 def render(desc: Mapping[str, Any]) -> list[str]:
@@ -135,6 +147,9 @@ def render(desc: Mapping[str, Any]) -> list[str]:
     login = desc.get("grafana_login")
     if login:
         lines.append(f"Grafana login: {login['user']} / password in {login['password_file']}")
+    push = desc.get("pushgateway_login")
+    if push:
+        lines.append(f"Pushgateway login: {push['user']} / password in {push['password_file']}")
     if desc.get("ssh_command"):
         lines.append(f"Tunnel by hand: {desc['ssh_command']}")
     lines.extend(desc.get("notes", []))

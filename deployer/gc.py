@@ -5,7 +5,9 @@ on OpenStack the `deployer_expires_at` metadata `up` puts on every server, which
 there even when this machine has no state of the cluster (a laptop lost, a colleague's
 cluster). Both are listed; `--yes` destroys what has state with the same `down` as
 always (Terraform, then the proof that nothing is left), and what only the cloud knows
-by its metadata and tag (providers/openstack_delete.py), with the same proof.
+by its metadata and tag (providers/openstack_delete.py), with the same proof. A cluster
+is one cluster by its id (state.py: cluster_id), not its name: two of the same name (two
+users in one project) are listed and destroyed each on its own.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from . import ui
 from .errors import DeployerError, NoLongerExpired
 from .lifetime import human, iso, now, parse_iso
-from .providers.openstack_teardown import CLUSTER_KEY, expiry
+from .providers.openstack_teardown import CLUSTER_ID_KEY, CLUSTER_KEY, expiry
 from .state import ClusterState
 
 
@@ -27,11 +29,12 @@ class Expired:
     name: str
     provider: str | None
     expires_at: str
+    cluster_id: str | None = None
     in_state: bool = False  # a state dir here: `down` can destroy it
     servers: list[str] = field(default_factory=list)  # found in the cloud by metadata
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "provider": self.provider, "expires_at": self.expires_at,
+        return {"name": self.name, "cluster_id": self.cluster_id, "provider": self.provider, "expires_at": self.expires_at,
                 "in_state": self.in_state, "servers": self.servers}
 
 
@@ -46,33 +49,37 @@ def from_state(root: Path, at: datetime) -> list[Expired]:
         if not life or parse_iso(life["expires_at"]) > at:
             continue
         origin = st.read_record(st.origin_file) or {}
-        out.append(Expired(d.name, origin.get("provider"), life["expires_at"], in_state=True))
+        out.append(Expired(d.name, origin.get("provider"), life["expires_at"], origin.get("cluster_id"), in_state=True))
     return out
 
 
 def from_servers(servers: list[Any], at: datetime) -> list[Expired]:
     """Clusters whose servers carry an expiry that is past (OpenStack server records:
-    `.name` and `.metadata`). A cluster counts as expired by its earliest expiry."""
+    `.name` and `.metadata`), one per cluster id. A cluster counts as expired by its
+    earliest expiry."""
     found: dict[str, Expired] = {}
     for s in servers:
-        cluster, when = (s.metadata or {}).get(CLUSTER_KEY), expiry(s)
-        if not cluster or when is None or when > at:
+        meta = s.metadata or {}
+        cluster_id, when = meta.get(CLUSTER_ID_KEY), expiry(s)
+        if not cluster_id or when is None or when > at:
             continue
-        e = found.setdefault(cluster, Expired(cluster, "openstack", iso(when)))
+        e = found.setdefault(cluster_id, Expired(meta.get(CLUSTER_KEY) or "?", "openstack", iso(when), cluster_id))
         e.servers.append(s.name)
         e.expires_at = min(e.expires_at, iso(when))
-    return sorted(found.values(), key=lambda e: e.name)
+    return sorted(found.values(), key=lambda e: (e.name, e.cluster_id or ""))
 
 
 def merge(local: list[Expired], cloud: list[Expired]) -> list[Expired]:
-    """One entry per cluster name: the state dir's, with the cloud's servers added."""
-    by_name = {e.name: e for e in local}
+    """One entry per cluster: the state dir's, with the cloud's servers of the same id
+    added; a cloud cluster of a state dir's name but another id stays its own entry."""
+    by_id = {e.cluster_id: e for e in local if e.cluster_id}
+    out = list(local)
     for c in cloud:
-        if c.name in by_name:
-            by_name[c.name].servers = c.servers
+        if c.cluster_id in by_id:
+            by_id[c.cluster_id].servers = c.servers
         else:
-            by_name[c.name] = c
-    return sorted(by_name.values(), key=lambda e: e.expires_at)
+            out.append(c)
+    return sorted(out, key=lambda e: e.expires_at)
 
 
 def find(root: Path, cloud: str | None, at: datetime) -> list[Expired]:
@@ -126,7 +133,7 @@ def collect_and_act(root: Path, *, cloud: str | None, destroy: bool, dry_run: bo
 
 def _cloud_only(e: Expired, ago: str, cloud: str | None, *, destroy: bool, dry_run: bool) -> str:
     """A cluster only the cloud knows of: deleted by its metadata (openstack_delete)."""
-    where = f"found in cloud {cloud!r} only ({', '.join(e.servers)})"
+    where = f"found in cloud {cloud!r} only (id {e.cluster_id}: {', '.join(e.servers)})"
     if not destroy:
         ui.info(f"{e.name}: expired {ago} ago, {where}; "
                 + ("would delete its servers and what carries its tag" if dry_run else "`deployer gc --yes` deletes it by its metadata"))
@@ -135,7 +142,7 @@ def _cloud_only(e: Expired, ago: str, cloud: str | None, *, destroy: bool, dry_r
 
     ui.step(f"{e.name}: expired {ago} ago, {where}: deleting by its metadata")
     try:
-        deleted = delete_cluster({"OS_CLOUD": cloud or ""}, e.name, say=ui.info, expired_at=now())
+        deleted = delete_cluster({"OS_CLOUD": cloud or ""}, e.name, e.cluster_id or "", say=ui.info, expired_at=now())
     except NoLongerExpired as kept:
         ui.info(f"{e.name}: {kept}")
         return "kept: extended"

@@ -52,6 +52,7 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
         teardown_id = (read_teardown_credential(state) or {}).get("id")
     group_vars = {
         "deployer_cluster_name": cluster["name"],
+        "deployer_cluster_id": state.cluster_id,  # origin.json: what the cloud's metadata carries
         "deployer_provider": cluster["provider"],
         "deployer_ssh_user": cluster["ssh_user"],
         "deployer_shared_dir": cluster["shared_dir"],

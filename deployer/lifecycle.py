@@ -11,13 +11,13 @@ import subprocess
 import sys
 from typing import Any
 
-from . import boot, drift, inventory, ledger, lifetime, nodes, terraform, timings, ui
+from . import boot, credentials, drift, inventory, ledger, lifetime, nodes, terraform, timings, ui
 from .errors import DeployerError, NoLongerExpired, OperationFailed, UsageError
 from .providers import get_provider
 from .readiness import wait_for_boot
 from .remote import MasterRunner
 from .spec import ClusterSpec
-from .state import ClusterState
+from .state import ClusterState, new_cluster_id
 from .status import origin_of
 
 
@@ -105,9 +105,10 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
     with state.lock("up"):
         state.create()
         state.write_record(state.spec_file, {"spec": spec.model_dump(mode="json")})
-        # How to reach and destroy what is made, kept apart from the spec: `down` needs it
-        # even when the spec record is lost.
-        state.write_record(state.origin_file, {"provider": provider.name, "terraform_env": tf_env})
+        # How to reach, recognise and destroy what is made, kept apart from the spec: `down`
+        # needs it even when the spec record is lost. The id is made once and kept.
+        state.write_record(state.origin_file, {"provider": provider.name, "terraform_env": tf_env,
+                                               "cluster_id": state.cluster_id or new_cluster_id()})
         run_dir = state.new_run_dir("up")
         times.run_dir = run_dir
         ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/] "
@@ -140,6 +141,8 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
                 ui.info(f"  {placed}")
             boot.prune(state, cluster)
             boot.write_access(state, cluster)  # pinned known_hosts + ssh_config, before any SSH
+            # The services' logins and Grafana's certificate, which the roles install.
+            exposed = credentials.prepare(state.secrets_dir, spec.monitoring, cluster)
             tf_changed = changes.get("add", 0) + changes.get("change", 0) + changes.get("remove", 0)
         ui.ok(f"terraform: {changes.get('add', 0)} added, {changes.get('change', 0)} changed, {changes.get('remove', 0)} destroyed")
 
@@ -185,6 +188,8 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         ui.ok(f"smoke check: mpirun reached {', '.join(hosts)}")
         converged = tf_changed == 0 and ansible_changed == 0 and not started
         took = times.write(run_dir)
+        if exposed:
+            ui.info(exposed)
         ui.ok(("no changes: the cluster already matched the spec" if converged else "cluster is up")
               + f" ({took['total_s']:.0f}s). Next: `deployer ssh`, `deployer bench`, `deployer status`")
         ui.info(timings.summary("up", len(cluster["nodes"]), took))

@@ -2,8 +2,9 @@
 
 `deployer bench` calls push_bench_results() once per run. Every run is its own
 Pushgateway group (job="deployer_bench", run_id=<id>), so runs never overwrite each
-other and re-pushing a run replaces only that run. Prometheus scrapes the Pushgateway
-with honor_labels, so the series keep job="deployer_bench" and run_id; the Grafana
+other and re-pushing a run replaces only that run. The Pushgateway takes only the
+deployer's basic-auth login (deployer/credentials.py); Prometheus gives every pushed
+series job="deployer_bench" whatever the push said, and keeps run_id; the Grafana
 "Benchmarks" dashboard (monitoring/grafana/dashboards/benchmarks.json) reads them.
 
 Series (all gauges; run_id comes from the grouping key):
@@ -34,7 +35,9 @@ from typing import Any
 from urllib.error import URLError
 
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
+from prometheus_client.exposition import basic_auth_handler, default_handler
 
+from .credentials import Login
 from .errors import OperationFailed
 
 JOB = "deployer_bench"
@@ -208,14 +211,19 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
     return reg
 
 
-def push_bench_results(gateway_url: str, result: dict, *, timeout: float = 10.0) -> None:
-    """Push one run's results to the Pushgateway at `gateway_url` ("http://10.77.0.10:9091").
+def push_bench_results(gateway_url: str, result: dict, *, login: Login | None = None, timeout: float = 10.0) -> None:
+    """Push one run's results to the Pushgateway at `gateway_url` ("http://10.77.0.10:9091"),
+    with `login` (basic auth) when given.
 
     Replaces the group job="deployer_bench", run_id=<run_id> and nothing else.
     Raises OperationFailed (one line, no traceback) when the Pushgateway cannot be
     reached or refuses the push; ValueError when `result` has no run_id.
     """
     reg = bench_registry(result)
+    handler = default_handler
+    if login is not None:
+        def handler(url, method, timeout, headers, data):  # noqa: ANN001 (prometheus_client's handler signature)
+            return basic_auth_handler(url, method, timeout, headers, data, login.user, login.password)
     try:
         push_to_gateway(
             gateway_url,
@@ -223,6 +231,7 @@ def push_bench_results(gateway_url: str, result: dict, *, timeout: float = 10.0)
             registry=reg,
             grouping_key={"run_id": str(result["run_id"])},
             timeout=timeout,
+            handler=handler,
         )
     except (URLError, OSError) as e:
         reason = getattr(e, "reason", None) or e

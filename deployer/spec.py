@@ -91,8 +91,8 @@ class OpenStackSpec(_Strict):
         False, description="the master deletes the cluster's servers at its expiry (needs ttl), with an application credential "
         "limited to listing and deleting servers; for when this machine is off"
     )
-    admin_cidr: ipaddress.IPv4Network = Field(
-        ipaddress.IPv4Network("0.0.0.0/0"), description="who may SSH to the master"
+    admin_cidr: ipaddress.IPv4Network | None = Field(
+        None, description="who may SSH to the master; default: this machine's public address (/32), when it has one"
     )
 
 
@@ -185,8 +185,9 @@ class ClusterSpec(_Strict):
             )
         if self.openstack.auto_teardown and self.provider == "openstack" and self.ttl is None:
             raise ValueError("openstack.auto_teardown needs a ttl (e.g. ttl: 8h): the master deletes the cluster when it expires")
-        if m.expose and not m.grafana and any(c.prefixlen == 0 for c in m.allowed_cidrs):
-            raise ValueError("exposing monitoring to 0.0.0.0/0 needs Grafana's login (monitoring.grafana: true)")
+        if m.enabled and m.expose and not m.grafana:
+            raise ValueError("monitoring.expose opens Grafana only (Prometheus never leaves the cluster network): "
+                             "with monitoring.grafana false there is nothing to expose; use `deployer dashboard`")
         return self
 
     def node_names(self) -> list[str]:
@@ -198,8 +199,9 @@ class ClusterSpec(_Strict):
         return 1 if (self.provider == "openstack" and self.openstack.enable_gpu) else 0
 
     def exposed_to_world(self) -> bool:
+        """Grafana answers anyone on the internet (behind its login and TLS)."""
         m = self.monitoring
-        return m.enabled and m.expose and any(c.prefixlen == 0 for c in m.allowed_cidrs)
+        return m.enabled and m.expose and m.grafana and any(c.prefixlen == 0 for c in m.allowed_cidrs)
 
 
 def _format_error(err: ValidationError, source: str) -> str:
@@ -283,7 +285,7 @@ openstack:
   nvidia_driver_install: true
   # nvidia_driver_branch: 535  # datacenter driver branch; default: the distribution's recommended one
   auto_teardown: false  # true (with ttl): the master deletes the servers at expiry, even with this machine off
-  admin_cidr: 0.0.0.0/0 # who may SSH to the master; narrow it
+  # admin_cidr: 203.0.113.7/32  # who may SSH to the master; default: this machine's public address
 
 # gpu_runtime:          # the torch build GPU nodes get; default: chosen from the driver and GPUs (docs/gpu.md)
 #   torch: 2.7.1

@@ -2,8 +2,8 @@
 
 .deployer/<cluster>/
   spec.json          the resolved spec (versioned record)
-  origin.json        the provider and the environment Terraform needs: enough to destroy
-                     the cluster when spec.json is gone
+  origin.json        the provider, the environment Terraform needs and the cluster's random
+                     id: enough to find and destroy the cluster when spec.json is gone
   configured.json    the last successful configuration: fingerprint, and per node the
                      identity of the machine it configured (deployer/drift.py)
   lifetime.json      the expiry `--ttl` set (deployer/lifetime.py); absent: no expiry
@@ -148,6 +148,14 @@ class ClusterState:
     def cluster(self) -> dict[str, Any] | None:
         return self.read_record(self.cluster_file)
 
+    @property
+    def cluster_id(self) -> str | None:
+        """The identity `up` gave the cluster when it first made anything (origin.json);
+        None: this state dir has made nothing. On OpenStack it is in every server's
+        metadata and every resource's tags, and whatever finds, expires or deletes the
+        cluster's resources matches it: a same-named cluster of someone else is not ours."""
+        return (self.read_record(self.origin_file) or {}).get("cluster_id")
+
     # -- layout ------------------------------------------------------------
     def create(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -189,6 +197,14 @@ class ClusterState:
             yield
         finally:
             os.close(fd)  # closing drops the flock
+
+
+def new_cluster_id() -> str:
+    """12 hex digits (48 random bits): unique among a project's clusters, short enough for
+    a Neutron tag (deployer-id-<id>) and readable in `openstack server show`."""
+    import secrets
+
+    return secrets.token_hex(6)
 
 
 def resolve_name(root: Path, name: str | None, config_name: str | None = None) -> str:

@@ -101,6 +101,7 @@ def status(state: ClusterState) -> dict[str, Any] | None:
     states = drift.node_states(cluster, seen, state.read_record(state.configured_file), reach)
     return {
         "name": cluster["name"],
+        "id": state.cluster_id,  # what the cloud's metadata and tags carry (origin.json)
         "provider": cluster["provider"],
         "nodes": [
             {k: n.get(k) for k in ("name", "role", "id", "private_ip", "public_ip", "gpus")}
@@ -127,7 +128,7 @@ def show(info: dict[str, Any]) -> None:
 
     from . import ui
 
-    t = Table(title=f"cluster {info['name']} ({info['provider']})")
+    t = Table(title=f"cluster {info['name']} ({info['provider']}, id {info.get('id') or '-'})")
     for col in ("name", "role", "private_ip", "public_ip", "gpus", "state"):
         t.add_column(col)
     for n in info["nodes"]:

@@ -34,9 +34,13 @@ class OpenStackProvider:
         from .openstack_preflight import check
 
         with ui.status(f"Checking OpenStack project for {spec.nodes} node(s) of {spec.openstack.flavor}"):
-            result = check(spec, cluster_exists=terraform.has_resources(state.terraform_dir / "openstack"))
+            result = check(spec, cluster_exists=terraform.has_resources(state.terraform_dir / "openstack"),
+                           cluster_id=state.cluster_id)
         for w in result.warnings:
             ui.warn(w)
+        if result.admin_cidr_from:
+            ui.info(f"openstack.admin_cidr is not set: SSH to the master is open to this machine's public address only "
+                    f"({spec.openstack.admin_cidr}); set it to allow others")
         gpus = f", {result.gpus_per_node} GPU(s) each" if result.gpus_per_node else ""
         grow = f" ({len(result.existing_nodes)} exist)" if result.existing_nodes else ""
         ui.ok(
@@ -59,6 +63,7 @@ class OpenStackProvider:
         values: dict[str, Any] = {
             "cloud": o.cloud,
             "cluster_name": spec.name,
+            "cluster_id": state.cluster_id,  # made before Terraform runs (lifecycle.up), kept for the cluster's life
             "node_count": spec.nodes,
             "ssh_user": spec.ssh_user,
             "shared_dir": spec.shared_dir,
@@ -73,7 +78,7 @@ class OpenStackProvider:
             "create_network": o.network is None,
             "network_cidr": str(o.network_cidr),
             "network_name": o.network,
-            "admin_cidr": str(o.admin_cidr),
+            "admin_cidr": str(o.admin_cidr) if o.admin_cidr else None,  # set by the preflight when the spec is silent
             "monitoring_expose": expose,
             "monitoring_allowed_cidrs": [str(c) for c in m.allowed_cidrs] if expose else [],
             "volume_size": o.volume_size,
@@ -120,7 +125,7 @@ class OpenStackProvider:
     def observe(self, state: ClusterState, env: dict[str, str], nodes: list[str]) -> Observation:
         from .openstack_observe import observe
 
-        return observe(state.name, env, nodes)
+        return observe(state.name, state.cluster_id, env, nodes)
 
     def repair(self, spec: ClusterSpec, state: ClusterState, cluster: dict[str, Any], seen: Observation) -> Repair:
         """Start what an operator stopped. A deleted server needs nothing here: Terraform's

@@ -2,11 +2,12 @@
 
 For `deployer gc`, when the cloud's metadata says a cluster has expired and no state of
 it is here (made on another machine, or the laptop is gone). What is deleted, in the
-order the APIs need: the servers that carry `deployer_cluster=<name>` (and only when
-there is at least one: the metadata is the proof the name is a deployer cluster's),
-then what carries the cluster's tag (terraform/openstack's local.tags): its ports, the
-master's floating IP, the router (interfaces first), the subnet and network, the
-security groups; the key pair by its name; the shared volume by its metadata. Afterwards the same look
+order the APIs need: the servers that carry the cluster's id (`deployer_cluster_id`
+metadata; and only when there is at least one: the metadata is the proof it is a deployer
+cluster), then what carries the id's tag (terraform/openstack's local.tags): its ports,
+the master's floating IP, the router (interfaces first), the subnet and network, the
+security groups; the key pair by its name; the shared volume by its metadata. A cluster
+of the same name with another id is another cluster, and stays. Afterwards the same look
 that `down` uses must find nothing.
 """
 
@@ -23,19 +24,20 @@ from .openstack_teardown import cluster_servers, expiry
 SERVER_DELETE_TIMEOUT_S = 600
 
 
-def delete_cluster(env: dict[str, str], cluster: str, *, say=print, expired_at: datetime | None = None) -> list[str]:
-    """Delete everything of `cluster`; returns what was deleted. OperationFailed when
-    the cluster has no server with its metadata, or when something is left.
+def delete_cluster(env: dict[str, str], cluster: str, cluster_id: str, *, say=print,
+                   expired_at: datetime | None = None) -> list[str]:
+    """Delete everything of the cluster `cluster_id` (named `cluster`); returns what was
+    deleted. OperationFailed when no server carries the id, or when something is left.
 
     `expired_at` (gc): the servers' expiry is read again right before deleting, and a
     cluster whose earliest expiry is later than that (an `up --ttl` extended it after gc
     listed it), or that has none any more, is kept: NoLongerExpired."""
     deleted: list[str] = []
     with session(env) as conn, cloud_errors(conn, f"deleting cluster {cluster} by its metadata"):
-        servers = cluster_servers(conn, cluster)
+        servers = cluster_servers(conn, cluster_id)
         if not servers:
-            raise OperationFailed(f"no server carries deployer_cluster={cluster}: nothing proves {cluster!r} is a deployer cluster; "
-                                  "delete by hand if it is")
+            raise OperationFailed(f"no server carries deployer_cluster_id={cluster_id}: nothing proves {cluster!r} "
+                                  f"({cluster_id}) is a deployer cluster; delete by hand if it is")
         if expired_at is not None:
             ends = [e for e in map(expiry, servers) if e is not None]
             if not ends or min(ends) > expired_at:
@@ -47,7 +49,7 @@ def delete_cluster(env: dict[str, str], cluster: str, *, say=print, expired_at: 
             deleted.append(f"server {s.name}")
         for s in servers:
             conn.compute.wait_for_delete(s, wait=SERVER_DELETE_TIMEOUT_S)
-        found = tagged(conn, cluster)
+        found = tagged(conn, cluster, cluster_id)
 
         def volume_gone(v: Any) -> None:
             if v.status != "available":  # still detaching from the deleted master
@@ -68,7 +70,7 @@ def delete_cluster(env: dict[str, str], cluster: str, *, say=print, expired_at: 
                 delete(item)
                 if kind != "subnet":  # goes with its network, as `down`'s proof counts it
                     deleted.append(f"{kind} {getattr(item, 'floating_ip_address', None) or item.name}")
-    left = observe(cluster, env, []).remaining()
+    left = observe(cluster, cluster_id, env, []).remaining()
     if left:
         raise OperationFailed(f"deleting {cluster} by its metadata left {', '.join(left)}; remove them by hand "
                               f"(`openstack server list --name '^{cluster}-'`)")

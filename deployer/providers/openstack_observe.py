@@ -1,10 +1,12 @@
 """What of a cluster exists in the OpenStack project: observe, start, and the proof for `down`.
 
-Servers are this cluster's by the metadata terraform/openstack sets (deployer_cluster),
-never by name alone; the network resources by the module's tag, the volume by its
-metadata, the key pair (which can carry neither) by its name. Works from
-the environment recorded when the cluster was made (OS_CLOUD, the clouds.yaml path), so
-`down` needs no spec.
+A resource is this cluster's by the cluster's random id (state.py: cluster_id), which
+terraform/openstack puts in the servers' and the volume's metadata (deployer_cluster_id)
+and in the network resources' tags (deployer-id-<id>), and in the key pair's name (which
+can carry neither). Never by name alone: another user's cluster of the same name in the
+same project is somebody else's, and the preflight refuses to make a second one. Works
+from the environment recorded when the cluster was made (OS_CLOUD, the clouds.yaml
+path), so `down` needs no spec.
 """
 
 from __future__ import annotations
@@ -14,19 +16,21 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from ..errors import OperationFailed
 from ..nodes import node_name_pattern
 from ..terraform import environment
 from .base import Machine, Observation
 from .openstack_session import cloud_errors, connect, quiet_sdk_logs
+from .openstack_teardown import CLUSTER_ID_KEY, CLUSTER_KEY
 
 # Nova statuses of a server that exists but does not run; ERROR and the rest count as
 # running-but-broken and are left to the boot wait, which names the node.
 STOPPED = {"SHUTOFF", "SUSPENDED", "PAUSED", "SHELVED", "SHELVED_OFFLOADED", "STOPPED"}
 
 
-def own_servers(conn: Any, cluster: str) -> list[Any]:
-    """This cluster's servers: the name filter narrows the list, the metadata that
-    terraform/openstack sets (deployer_cluster) decides; a look-alike name is not ours.
+def named_servers(conn: Any, cluster: str) -> list[Any]:
+    """Every server named as a node of `cluster` that some deployer cluster of that name
+    made (deployer_cluster metadata), whoever's it is.
 
     Nova hands the name filter to the database as a regular expression, and on MySQL or
     MariaDB (most clouds) it escapes every `|` first (nova.db.utils._safe_regex_mysql):
@@ -35,8 +39,30 @@ def own_servers(conn: Any, cluster: str) -> list[Any]:
     pattern = re.compile(node_name_pattern(cluster))
     return [
         s for s in conn.compute.servers(details=True, name=f"^{cluster}-")
-        if pattern.match(s.name or "") and (s.metadata or {}).get("deployer_cluster") == cluster
+        if pattern.match(s.name or "") and (s.metadata or {}).get(CLUSTER_KEY) == cluster
     ]
+
+
+def own_servers(conn: Any, cluster: str, cluster_id: str | None) -> list[Any]:
+    """This cluster's servers: named as its nodes and carrying its id; None (a cluster
+    that has made nothing yet) owns none."""
+    return [s for s in named_servers(conn, cluster) if cluster_id and (s.metadata or {}).get(CLUSTER_ID_KEY) == cluster_id]
+
+
+def others_of_the_name(conn: Any, cluster: str, cluster_id: str | None) -> dict[str, list[str]]:
+    """Another deployer cluster of the same name in the project: its id -> what of it was
+    found (servers by their metadata, networks by the name tag: a half-made cluster has one)."""
+    found: dict[str, list[str]] = {}
+
+    def note(their_id: str | None, what: str) -> None:
+        if their_id != cluster_id:
+            found.setdefault(their_id or "none", []).append(what)
+
+    for s in named_servers(conn, cluster):
+        note((s.metadata or {}).get(CLUSTER_ID_KEY), f"server {s.name}")
+    for n in conn.network.networks(tags=name_tag(cluster)):
+        note(next((t.removeprefix(ID_TAG) for t in n.tags or [] if t.startswith(ID_TAG)), None), f"network {n.name}")
+    return found
 
 
 @contextlib.contextmanager
@@ -51,14 +77,17 @@ def session(env: dict[str, str]) -> Iterator[Any]:
                 conn.close()
 
 
-def observe(cluster: str, env: dict[str, str], nodes: list[str]) -> Observation:
+def observe(cluster: str, cluster_id: str | None, env: dict[str, str], nodes: list[str]) -> Observation:
+    if cluster_id is None:
+        raise OperationFailed(f"the state of cluster {cluster} records no cluster id (made by an older deployer), so its "
+                              f"resources cannot be told from another cluster's of the same name")
     with session(env) as conn, cloud_errors(conn, f"listing what exists of cluster {cluster}"):
-        servers = {s.name: s for s in own_servers(conn, cluster)}
+        servers = {s.name: s for s in own_servers(conn, cluster, cluster_id)}
         seen = {
             n: Machine("stopped" if servers[n].status in STOPPED else "running", servers[n].id) if n in servers else Machine("missing")
             for n in nodes
         }
-        return Observation(nodes=seen, extra=sorted(set(servers) - set(nodes)), other=_other(conn, cluster))
+        return Observation(nodes=seen, extra=sorted(set(servers) - set(nodes)), other=_other(conn, cluster, cluster_id))
 
 
 # The action that brings a server of each not-running status back (Nova allows `start`
@@ -80,15 +109,28 @@ def start(cluster: str, env: dict[str, str], server_ids: list[str]) -> list[str]
     return done
 
 
-def cluster_tag(cluster: str) -> str:
-    """The Neutron tag terraform/openstack puts on the cluster's network resources (main.tf, local.tags)."""
+ID_TAG = "deployer-id-"
+
+
+def name_tag(cluster: str) -> str:
+    """The Neutron tag with the cluster's name, for people (main.tf, local.tags)."""
     return f"deployer-cluster-{cluster}"
 
 
-def tagged(conn: Any, cluster: str) -> dict[str, list[Any]]:
-    """The cluster's non-server resources, by its tag (Neutron) or metadata (Cinder);
-    key pairs carry neither, so the key pair goes by the name the module gives it."""
-    tag = cluster_tag(cluster)
+def id_tag(cluster_id: str) -> str:
+    """The Neutron tag with the cluster's id (main.tf, local.tags): what the deployer matches."""
+    return f"{ID_TAG}{cluster_id}"
+
+
+def key_pair_name(cluster: str, cluster_id: str) -> str:
+    """The key pair terraform/openstack uploads (compute.tf): unique per user, as Nova wants."""
+    return f"{cluster}-key-{cluster_id}"
+
+
+def tagged(conn: Any, cluster: str, cluster_id: str) -> dict[str, list[Any]]:
+    """The cluster's non-server resources, by its id: a Neutron tag, the volume's
+    metadata, the key pair's name."""
+    tag = id_tag(cluster_id)
     return {
         "floating IP": list(conn.network.ips(tags=tag)),
         "port": list(conn.network.ports(tags=tag)),
@@ -96,15 +138,15 @@ def tagged(conn: Any, cluster: str) -> dict[str, list[Any]]:
         "subnet": list(conn.network.subnets(tags=tag)),
         "network": list(conn.network.networks(tags=tag)),
         "security group": list(conn.network.security_groups(tags=tag)),
-        "volume": [v for v in conn.block_storage.volumes() if (v.metadata or {}).get("deployer_cluster") == cluster],
-        "key pair": [k for k in [conn.compute.find_keypair(f"{cluster}-key", ignore_missing=True)] if k],
+        "volume": [v for v in conn.block_storage.volumes() if (v.metadata or {}).get(CLUSTER_ID_KEY) == cluster_id],
+        "key pair": [k for k in [conn.compute.find_keypair(key_pair_name(cluster, cluster_id), ignore_missing=True)] if k],
     }
 
 
-def _other(conn: Any, cluster: str) -> list[str]:
+def _other(conn: Any, cluster: str, cluster_id: str) -> list[str]:
     """What of the cluster exists besides its servers, for `down`'s proof."""
     found = []
-    for kind, items in tagged(conn, cluster).items():
+    for kind, items in tagged(conn, cluster, cluster_id).items():
         if kind == "subnet":
             continue  # goes with its network
         found += [f"{kind} {getattr(i, 'floating_ip_address', None) or i.name}" for i in items]
@@ -112,7 +154,7 @@ def _other(conn: Any, cluster: str) -> list[str]:
 
 
 def deployer_servers(env: dict[str, str]) -> list[Any]:
-    """Every server in the project that a deployer cluster made (deployer_cluster
-    metadata), whatever the cluster: what `deployer gc` reads expiries from."""
+    """Every server in the project that a deployer cluster made (its id in the metadata),
+    whatever the cluster: what `deployer gc` reads expiries from."""
     with session(env) as conn, cloud_errors(conn, "listing the project's deployer servers"):
-        return [s for s in conn.compute.servers(details=True) if (s.metadata or {}).get("deployer_cluster")]
+        return [s for s in conn.compute.servers(details=True) if (s.metadata or {}).get(CLUSTER_ID_KEY)]

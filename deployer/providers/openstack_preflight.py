@@ -8,13 +8,14 @@ the flavor, image, networks, key pair and the cluster's own servers, and decides
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PreflightError
-from .openstack_observe import own_servers
+from .openstack_observe import others_of_the_name, own_servers
 from .openstack_quota import _quota_message, _quotas, fit, gpus_from_extra_specs, needs, net_of, own_usage
 from .openstack_session import client_config_env, cloud_errors, connect, quiet_sdk_logs
 
@@ -42,12 +43,32 @@ class PreflightResult:
     flavor_id: str = ""
     external_network_id: str = ""
     network_id: str | None = None
+    # Who may SSH to the master when the spec does not say: this machine's public address.
+    admin_cidr_from: str | None = None
 
 
 def _names(items: Any, limit: int = 10) -> str:
     names = sorted({getattr(i, "name", None) or getattr(i, "id", "?") for i in items})
     more = f", … ({len(names) - limit} more)" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more if names else "none"
+
+
+def controller_address(conn: Any) -> ipaddress.IPv4Address | None:
+    """This machine's address on the way to the cloud's identity endpoint: the source the
+    kernel picks for it (a UDP connect sends nothing). Public: the cloud sees this
+    machine by it. Private: a NAT is between, and only the user knows the address."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(conn.config.get_auth_args().get("auth_url") or "")
+    if not url.hostname:
+        return None
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((url.hostname, url.port or (443 if url.scheme == "https" else 80)))
+            return ipaddress.IPv4Address(s.getsockname()[0])
+    except OSError:
+        return None
 
 
 ROUTER_INTERFACES = ("network:router_interface", "network:router_interface_distributed", "network:ha_router_replicated_interface")
@@ -89,22 +110,24 @@ def find_image(conn: Any, ref: str) -> Any:
     return max(active or named, key=lambda i: i.created_at or "")
 
 
-def check(spec: ClusterSpec, *, cluster_exists: bool = False) -> PreflightResult:
+def check(spec: ClusterSpec, *, cluster_exists: bool = False, cluster_id: str | None = None) -> PreflightResult:
     """Every check; raises on the first category of problems, collecting within it.
 
     `cluster_exists`: Terraform's state records resources of this cluster (its network,
-    volume, groups and floating IP exist, so they need no quota again)."""
+    volume, groups and floating IP exist, so they need no quota again). `cluster_id`: the
+    id this state dir gave the cluster (None: it has made nothing yet); a deployer cluster
+    of the same name with another id is someone else's, and refused."""
     client_config_env(spec.openstack.cloud)  # an unreadable clouds.yaml: one line, before any call
     with quiet_sdk_logs():
         conn, project_id = connect(spec.openstack.cloud)
         try:
-            return _check(conn, project_id, spec, cluster_exists)
+            return _check(conn, project_id, spec, cluster_exists, cluster_id)
         finally:
             with contextlib.suppress(Exception):
                 conn.close()
 
 
-def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool) -> PreflightResult:
+def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, cluster_id: str | None) -> PreflightResult:
     o = spec.openstack
     problems: list[str] = []
     warnings: list[str] = []
@@ -116,6 +139,24 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool) 
         if why:
             problems.append(f"openstack.auto_teardown: {why}; log in with a password in clouds.yaml (or an unrestricted "
                             f"application credential), or set auto_teardown: false")
+
+    admin_cidr_from = None
+    if o.admin_cidr is None:
+        address = controller_address(conn)
+        if address is not None and address.is_global:
+            o.admin_cidr = ipaddress.IPv4Network(f"{address}/32")
+            admin_cidr_from = str(address)
+        else:
+            problems.append(
+                f"openstack.admin_cidr is not set and this machine's address toward the cloud ({address or 'unknown'}) is not a "
+                f"public one (NAT): set openstack.admin_cidr to the addresses you SSH from, e.g. `admin_cidr: 203.0.113.7/32` "
+                f"(`curl -s https://ifconfig.me` shows yours)")
+    elif o.admin_cidr.prefixlen == 0:
+        warnings.append(f"openstack.admin_cidr {o.admin_cidr}: SSH to the master is open to the whole internet; narrow it "
+                        f"to the addresses you SSH from")
+    if spec.exposed_to_world():
+        warnings.append("monitoring.allowed_cidrs has 0.0.0.0/0: Grafana is open to the whole internet, behind its login "
+                        "and TLS; narrow it, or use `deployer dashboard` (SSH tunnel) with expose off")
 
     with cloud_errors(conn, f"looking up flavor {o.flavor!r}"):
         flavor = conn.compute.find_flavor(o.flavor, ignore_missing=True, get_extra_specs=True)
@@ -204,7 +245,15 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool) 
                 )
 
     with cloud_errors(conn, "listing the cluster's servers"):
-        own = own_servers(conn, spec.name)
+        others = others_of_the_name(conn, spec.name, cluster_id)
+        own = own_servers(conn, spec.name, cluster_id)
+    if others:
+        # Checked first and alone: every other finding would be about a cluster this run must not touch.
+        their_id, what = next(iter(others.items()))
+        raise PreflightError(
+            f"cluster name {spec.name!r} is in use in this OpenStack project by another deployer cluster (id {their_id}: "
+            f"{', '.join(what[:3])}{', …' if len(what) > 3 else ''}), not made from this state dir: pick another --name, or run `deployer down` where it was "
+            f"made")
     existing = sorted(s.name for s in own)
     fresh = not (cluster_exists or own)
 
@@ -277,6 +326,7 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool) 
         flavor_id=flavor.id,
         external_network_id=ext.id,
         network_id=net.id if net is not None else None,
+        admin_cidr_from=admin_cidr_from,
     )
 
 

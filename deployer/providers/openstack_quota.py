@@ -17,7 +17,7 @@ from .openstack_session import cloud_errors
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
 
-MONITORING_PORTS = 2  # Grafana 3000, Prometheus 9090 (terraform/openstack: monitoring_ports)
+MONITORING_PORTS = 1  # Grafana 3000; Prometheus is never exposed (terraform/openstack: monitoring_ports)
 GPU_RESOURCE = re.compile(r"^resources[A-Za-z0-9_-]*:(VGPU|PGPU|CUSTOM_[A-Z0-9_]*GPU[A-Z0-9_]*)$")
 
 

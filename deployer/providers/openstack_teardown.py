@@ -10,7 +10,8 @@ oldest Python of a supported image (Ubuntu 22.04: 3.10; tests/unit check it with
 
 On the master it reads the expiry from its own server's metadata (deployer_expires_at,
 which `deployer up --ttl` keeps current), and once that is past, deletes the cluster's
-other servers (by the ids it was given, each checked to carry this cluster's metadata),
+other servers (by the ids it was given, each checked to carry this cluster's id in its
+metadata: a same-named cluster's server is never this one's),
 waits for them, and deletes its own server last. What it cannot delete (the master would
 cut off its own way to the API, or the resources are in use until it is gone): the
 ports, floating IP, router, network, security groups, key pair and the shared volume.
@@ -26,14 +27,15 @@ from typing import Any
 
 UTC = timezone.utc  # noqa: UP017 (datetime.UTC is 3.11+)
 
-CLUSTER_KEY = "deployer_cluster"
+CLUSTER_KEY = "deployer_cluster"  # the name, for people (terraform/openstack: compute.tf, storage.tf)
+CLUSTER_ID_KEY = "deployer_cluster_id"  # the random id (state.py): what decides a server is the cluster's
 EXPIRY_KEY = "deployer_expires_at"  # also terraform/openstack's metadata key (compute.tf, storage.tf)
 DELETE_WAIT_S = 600
 
 
-def cluster_servers(conn: Any, cluster: str) -> list[Any]:
-    """Every server whose metadata names the cluster (never by name alone)."""
-    return [s for s in conn.compute.servers(details=True) if (s.metadata or {}).get(CLUSTER_KEY) == cluster]
+def cluster_servers(conn: Any, cluster_id: str) -> list[Any]:
+    """Every server whose metadata carries the cluster's id (never by name)."""
+    return [s for s in conn.compute.servers(details=True) if (s.metadata or {}).get(CLUSTER_ID_KEY) == cluster_id]
 
 
 def expiry(server: Any) -> datetime | None:
@@ -46,21 +48,22 @@ def expiry(server: Any) -> datetime | None:
         return None
 
 
-def _ours(conn: Any, server_id: str, cluster: str) -> Any:
-    """The server if it exists and carries the cluster's metadata, else None."""
+def _ours(conn: Any, server_id: str, cluster_id: str) -> Any:
+    """The server if it exists and carries the cluster's id, else None."""
     import openstack
 
     try:
         server = conn.compute.get_server(server_id)
     except openstack.exceptions.NotFoundException:
         return None
-    return server if (server.metadata or {}).get(CLUSTER_KEY) == cluster else None
+    return server if (server.metadata or {}).get(CLUSTER_ID_KEY) == cluster_id else None
 
 
-def teardown(conn: Any, cluster: str, own_id: str, worker_ids: list[str], now: datetime, say=print) -> list[str]:
+def teardown(conn: Any, cluster: str, cluster_id: str, own_id: str, worker_ids: list[str], now: datetime,
+             say=print) -> list[str]:
     """If the master's expiry is past: delete the workers, wait, then the master's own
     server (no wait: it is going). Returns the names deleted; [] while not expired."""
-    own = _ours(conn, own_id, cluster)
+    own = _ours(conn, own_id, cluster_id)
     if own is None:
         say(f"server {own_id} is not one of cluster {cluster}'s servers: nothing to do")
         return []
@@ -71,7 +74,7 @@ def teardown(conn: Any, cluster: str, own_id: str, worker_ids: list[str], now: d
     if until > now:
         say(f"cluster {cluster} expires at {until:%Y-%m-%dT%H:%M:%SZ}: nothing to do yet")
         return []
-    others = [s for s in (_ours(conn, i, cluster) for i in worker_ids if i != own_id) if s is not None]
+    others = [s for s in (_ours(conn, i, cluster_id) for i in worker_ids if i != own_id) if s is not None]
     for s in others:
         say(f"expired at {until:%Y-%m-%dT%H:%M:%SZ}: deleting {s.name}")
         conn.compute.delete_server(s)
@@ -85,7 +88,8 @@ def teardown(conn: Any, cluster: str, own_id: str, worker_ids: list[str], now: d
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Delete this deployer cluster's servers once its expiry has passed.")
     p.add_argument("--cloud", required=True, help="clouds.yaml entry (the application credential)")
-    p.add_argument("--cluster", required=True)
+    p.add_argument("--cluster", required=True, help="the cluster's name (for the messages)")
+    p.add_argument("--cluster-id", required=True, help="the cluster's id, as in its servers' deployer_cluster_id metadata")
     p.add_argument("--server-id", required=True, help="this master's server id")
     p.add_argument("--workers", default="", help="the workers' server ids, comma-separated")
     p.add_argument("--check", action="store_true", help="authenticate and read every server; delete nothing")
@@ -96,16 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     conn = openstack.connect(cloud=args.cloud)
     say = lambda m: print(m, flush=True)  # noqa: E731 (the journal takes stdout)
     if args.check:
-        own = _ours(conn, args.server_id, args.cluster)
+        own = _ours(conn, args.server_id, args.cluster_id)
         if own is None:
             say(f"server {args.server_id} is not one of cluster {args.cluster}'s servers")
             return 1
-        found = 1 + sum(_ours(conn, i, args.cluster) is not None for i in workers)
+        found = 1 + sum(_ours(conn, i, args.cluster_id) is not None for i in workers)
         until = expiry(own)
         say(f"credential works: {found} server(s) of {args.cluster}; expiry {until:%Y-%m-%dT%H:%M:%SZ}" if until
             else f"credential works: {found} server(s) of {args.cluster}; no expiry set")
         return 0
-    teardown(conn, args.cluster, args.server_id, workers, datetime.now(UTC), say=say)
+    teardown(conn, args.cluster, args.cluster_id, args.server_id, workers, datetime.now(UTC), say=say)
     return 0
 
 

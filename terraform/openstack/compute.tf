@@ -5,9 +5,10 @@
 # its containers from the same text. key_pair, when given, adds an existing Nova key
 # pair (e.g. the user's own); otherwise the cluster key is uploaded as one.
 
+# Nova keeps key pair names unique per user: the id keeps two same-named clusters apart.
 resource "openstack_compute_keypair_v2" "cluster" {
   count      = var.key_pair == null ? 1 : 0
-  name       = "${var.cluster_name}-key"
+  name       = "${var.cluster_name}-key-${var.cluster_id}"
   public_key = var.public_key
 }
 
@@ -34,12 +35,14 @@ resource "openstack_compute_instance_v2" "node" {
   key_pair  = local.key_pair
   user_data = file("${var.boot_dir}/${each.key}.user-data")
 
-  # deployer_cluster decides what is this cluster's; deployer_expires_at (--ttl) lets
-  # `deployer gc` find an expired cluster without this machine's state.
+  # deployer_cluster_id decides what is this cluster's (the name is for people);
+  # deployer_expires_at (--ttl) lets `deployer gc` find an expired cluster without
+  # this machine's state.
   metadata = merge({
-    deployer_cluster = var.cluster_name
-    deployer_role    = each.value.role
-    deployer_index   = tostring(each.value.index)
+    deployer_cluster    = var.cluster_name
+    deployer_cluster_id = var.cluster_id
+    deployer_role       = each.value.role
+    deployer_index      = tostring(each.value.index)
   }, var.expires_at == null ? {} : { deployer_expires_at = var.expires_at })
 
   network {

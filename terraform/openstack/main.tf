@@ -22,7 +22,7 @@ module "design" {
 locals {
   master = module.design.names[0]
 
-  # Tags on the Neutron resources, so a person (or `deployer down`'s leftover
-  # check) can find everything of one cluster.
-  tags = ["deployer", "deployer-cluster-${var.cluster_name}"]
+  # Tags on the Neutron resources: the name for a person, the id for the deployer
+  # (`down`'s leftover check, `gc`), which never takes a same-named cluster for this one.
+  tags = ["deployer", "deployer-cluster-${var.cluster_name}", "deployer-id-${var.cluster_id}"]
 }

@@ -8,7 +8,8 @@ resource "openstack_blockstorage_volume_v3" "shared" {
   volume_type = var.volume_type
 
   metadata = merge({
-    deployer_cluster = var.cluster_name
+    deployer_cluster    = var.cluster_name
+    deployer_cluster_id = var.cluster_id
   }, var.expires_at == null ? {} : { deployer_expires_at = var.expires_at })
 }
 

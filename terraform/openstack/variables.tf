@@ -23,6 +23,15 @@ variable "cluster_name" {
   }
 }
 
+variable "cluster_id" {
+  type        = string
+  description = "The cluster's random identity, made by the deployer when the cluster is first made (origin.json in its state dir): in every server's and the volume's metadata (deployer_cluster_id) and every network resource's tags (deployer-id-<id>). What finds, counts, expires or deletes the cluster's resources matches it, never the name: another cluster of the same name in the project is not this one."
+  validation {
+    condition     = can(regex("^[0-9a-f]{12}$", var.cluster_id))
+    error_message = "cluster_id: 12 lowercase hex digits (the deployer makes it)."
+  }
+}
+
 variable "expires_at" {
   type        = string
   description = "When the cluster's lifetime (--ttl) ends, UTC, e.g. 2026-11-23T20:00:00Z; put in every server's and the volume's metadata (deployer_expires_at) for `deployer gc`. null: no expiry."
@@ -105,7 +114,7 @@ variable "image_id" {
 
 variable "key_pair" {
   type        = string
-  description = "Existing Nova key pair to put on the nodes as well; null: upload public_key as <cluster_name>-key."
+  description = "Existing Nova key pair to put on the nodes as well; null: upload public_key as <cluster_name>-key-<cluster_id>."
   default     = null
   validation {
     condition     = var.key_pair == null || length(trimspace(coalesce(var.key_pair, " "))) > 0
@@ -237,8 +246,7 @@ variable "external_network_id" {
 
 variable "admin_cidr" {
   type        = string
-  description = "IPv4 CIDR allowed to SSH to the master (port 22 on the floating IP)."
-  default     = "0.0.0.0/0"
+  description = "IPv4 CIDR allowed to SSH to the master (port 22 on the floating IP). No default: the deployer passes the spec's, or this machine's public address (/32)."
   validation {
     condition     = can(cidrhost(var.admin_cidr, 0)) && can(regex("^[0-9.]+/[0-9]+$", var.admin_cidr))
     error_message = "admin_cidr must be an IPv4 CIDR such as 203.0.113.0/24."
@@ -265,11 +273,11 @@ variable "monitoring_allowed_cidrs" {
 
 variable "monitoring_ports" {
   type        = list(number)
-  description = "TCP ports opened by monitoring_expose: Grafana 3000 (login required) and Prometheus 9090. The Pushgateway (9091, unauthenticated writes) and the exporters stay inside the cluster."
-  default     = [3000, 9090]
+  description = "TCP ports opened by monitoring_expose: Grafana's 3000 (HTTPS, login required). Prometheus (9090: no authentication), the Pushgateway (9091) and the exporters never leave the cluster network."
+  default     = [3000]
   validation {
-    condition     = alltrue([for p in var.monitoring_ports : p >= 1 && p <= 65535 && floor(p) == p])
-    error_message = "monitoring_ports must be TCP port numbers (1-65535)."
+    condition     = alltrue([for p in var.monitoring_ports : p >= 1 && p <= 65535 && floor(p) == p && !contains([9090, 9091, 9100, 9400], p)])
+    error_message = "monitoring_ports must be TCP port numbers (1-65535), never Prometheus's 9090, the Pushgateway's 9091 or an exporter's (9100, 9400)."
   }
 }
 

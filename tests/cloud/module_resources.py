@@ -1,7 +1,7 @@
 """A cluster's resources made the way terraform/openstack makes them, with openstacksdk.
 
 No Terraform OpenStack provider binary can be had here (no registry), so the tests make
-the module's resources themselves: the same names, metadata and tags (main.tf's
+the module's resources themselves: the same names, id, metadata and tags (main.tf's
 local.tags, set after creation as the provider does: Neutron takes no tags in a POST),
 the same order. What the module declares is checked against the provider's schema in
 tests/unit/test_terraform_modules.py; keep the two in step.
@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from deployer.providers.openstack_observe import id_tag, key_pair_name, name_tag
+from deployer.state import new_cluster_id
+
 from .services import IMAGE
 
 NODE_WAIT_S = 180
@@ -20,6 +23,7 @@ NODE_WAIT_S = 180
 @dataclass
 class Made:
     name: str
+    id: str  # the cluster id (state.py), in the metadata and the tags
     servers: dict[str, Any] = field(default_factory=dict)  # node name -> server
     network: Any = None
     volume: Any = None
@@ -32,10 +36,11 @@ def node_names(cluster: str, nodes: int) -> list[str]:
 
 
 def make_cluster(conn: Any, cluster: str, nodes: int, *, flavor: str = "m1.small", expires_at: str | None = None,
-                 cidr: str = "192.168.77.0/24", volume: bool = True, floating_ip: bool = True, wait: bool = True) -> Made:
-    tags = ["deployer", f"deployer-cluster-{cluster}"]
+                 cidr: str = "192.168.77.0/24", volume: bool = True, floating_ip: bool = True, wait: bool = True,
+                 cluster_id: str | None = None) -> Made:
+    made = Made(cluster, cluster_id or new_cluster_id())
+    tags = ["deployer", name_tag(cluster), id_tag(made.id)]
     net_api = conn.network
-    made = Made(cluster)
     ext = net_api.find_network("public")
 
     def tagged(resource: Any) -> Any:
@@ -47,16 +52,18 @@ def make_cluster(conn: Any, cluster: str, nodes: int, *, flavor: str = "m1.small
     router = tagged(net_api.create_router(name=f"{cluster}-router", external_gateway_info={"network_id": ext.id}))
     net_api.add_interface_to_router(router, subnet_id=subnet.id)
     groups = [tagged(net_api.create_security_group(name=f"{cluster}-{role}")) for role in ("cluster", "master")]
-    conn.compute.create_keypair(name=f"{cluster}-key", public_key=PUBLIC_KEY)
+    key_name = key_pair_name(cluster, made.id)
+    conn.compute.create_keypair(name=key_name, public_key=PUBLIC_KEY)
     flavor_id = conn.compute.find_flavor(flavor, ignore_missing=False).id
     image_id = conn.image.find_image(IMAGE, ignore_missing=False).id
     meta_expiry = {"deployer_expires_at": expires_at} if expires_at else {}
+    meta_cluster = {"deployer_cluster": cluster, "deployer_cluster_id": made.id}
     for index, node in enumerate(node_names(cluster, nodes)):
         port = tagged(net_api.create_port(name=f"{node}-port", network_id=net.id,
                                           security_group_ids=[g.id for g in (groups if index == 0 else groups[:1])]))
         made.servers[node] = conn.compute.create_server(
-            name=node, flavor_id=flavor_id, image_id=image_id, key_name=f"{cluster}-key", networks=[{"port": port.id}],
-            metadata={"deployer_cluster": cluster, "deployer_role": "master" if index == 0 else "worker",
+            name=node, flavor_id=flavor_id, image_id=image_id, key_name=key_name, networks=[{"port": port.id}],
+            metadata={**meta_cluster, "deployer_role": "master" if index == 0 else "worker",
                       "deployer_index": str(index), **meta_expiry})
     if wait:
         for node, server in made.servers.items():
@@ -64,7 +71,7 @@ def make_cluster(conn: Any, cluster: str, nodes: int, *, flavor: str = "m1.small
     master = made.servers[f"{cluster}-master"]
     if volume:
         made.volume = conn.block_storage.create_volume(name=f"{cluster}-shared", size=1,
-                                                       metadata={"deployer_cluster": cluster, **meta_expiry})
+                                                       metadata={**meta_cluster, **meta_expiry})
         conn.block_storage.wait_for_status(made.volume, "available", wait=60)
         if wait:
             conn.compute.create_volume_attachment(master, volume_id=made.volume.id)
@@ -86,7 +93,7 @@ def leftovers(conn: Any, cluster: str) -> list[str]:
                         ("volume", conn.block_storage.volumes())):
         found += [f"{kind} {i.name}" for i in items if (i.name or "").startswith(prefix)]
     found += [f"floating IP {i.floating_ip_address}" for i in conn.network.ips() if i.description == f"deployer {cluster} master"]
-    found += [f"key pair {k.name}" for k in conn.compute.keypairs() if k.name == f"{cluster}-key"]
+    found += [f"key pair {k.name}" for k in conn.compute.keypairs() if k.name.startswith(f"{cluster}-key-")]
     return found
 
 
@@ -126,8 +133,10 @@ def delete_all(conn: Any, cluster: str) -> None:
             with contextlib.suppress(Exception):
                 conn.block_storage.wait_for_status(v, "available", wait=60)
                 conn.block_storage.delete_volume(v)
-    with contextlib.suppress(Exception):
-        conn.compute.delete_keypair(f"{cluster}-key", ignore_missing=True)
+    for k in conn.compute.keypairs():
+        if k.name.startswith(f"{cluster}-key-"):
+            with contextlib.suppress(Exception):
+                conn.compute.delete_keypair(k)
 
 
 # A real public key (Nova computes its fingerprint and refuses a malformed one); its private half was thrown away.

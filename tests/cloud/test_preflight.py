@@ -24,7 +24,9 @@ from .testcloud import PROJECT
 
 
 def make_spec(name: str = "demo", **openstack) -> ClusterSpec:
-    base = {"cloud": "testcloud", "flavor": "m1.large", "image": IMAGE, "external_network": "public"}
+    # The test cloud is on 127.0.0.1: no public address to default admin_cidr to.
+    base = {"cloud": "testcloud", "flavor": "m1.large", "image": IMAGE, "external_network": "public",
+            "admin_cidr": "203.0.113.0/24"}
     nodes = openstack.pop("nodes", 4)
     monitoring = openstack.pop("monitoring", {"enabled": True})
     ttl = openstack.pop("ttl", None)
@@ -316,26 +318,26 @@ def test_quota_security_group_rules_count_exposed_ports(own_project, quotas):
     quotas.network(security_group_rule=used + 7)
     pf.check(make_spec())  # 7 rules
     spec = make_spec(monitoring={"enabled": True, "expose": True, "allowed_cidrs": ["203.0.113.0/24", "198.51.100.0/24"]})
-    with pytest.raises(PreflightError, match=r"security group rules: need 11, 7 free"):
+    with pytest.raises(PreflightError, match=r"security group rules: need 9, 7 free"):  # Grafana only, from 2 CIDRs
         pf.check(spec)
 
 
 def test_scale_out_counts_only_new_nodes(own_project, quotas, cluster):
-    module_resources.make_cluster(own_project, cluster, 2, flavor="m1.large")
+    made = module_resources.make_cluster(own_project, cluster, 2, flavor="m1.large")
     quotas.compute(instances=3)
-    r = pf.check(make_spec(cluster, nodes=3), cluster_exists=True)
+    r = pf.check(make_spec(cluster, nodes=3), cluster_exists=True, cluster_id=made.id)
     assert r.existing_nodes == [f"{cluster}-master", f"{cluster}-worker-1"]
     with pytest.raises(PreflightError, match=r"too small for 4 nodes of m1.large \(2 exist, 2 to add\).*--nodes 3"):
-        pf.check(make_spec(cluster, nodes=4), cluster_exists=True)
+        pf.check(make_spec(cluster, nodes=4), cluster_exists=True, cluster_id=made.id)
 
 
 def test_scale_in_on_a_full_project_fits(own_project, quotas, cluster):
-    module_resources.make_cluster(own_project, cluster, 3, flavor="m1.large")
+    made = module_resources.make_cluster(own_project, cluster, 3, flavor="m1.large")
     quotas.compute(instances=3, cores=12)
-    pf.check(make_spec(cluster, nodes=2), cluster_exists=True)
-    pf.check(make_spec(cluster, nodes=3), cluster_exists=True)  # a plain re-run fits too
+    pf.check(make_spec(cluster, nodes=2), cluster_exists=True, cluster_id=made.id)
+    pf.check(make_spec(cluster, nodes=3), cluster_exists=True, cluster_id=made.id)  # a plain re-run fits too
     with pytest.raises(PreflightError, match=r"--nodes 3"):
-        pf.check(make_spec(cluster, nodes=4), cluster_exists=True)
+        pf.check(make_spec(cluster, nodes=4), cluster_exists=True, cluster_id=made.id)
 
 
 def test_a_look_alike_server_of_someone_else_is_other_usage(own_project, quotas, cluster):
@@ -433,3 +435,15 @@ def test_image_larger_than_the_root_disk(os_env, member, cluster):
             pf.check(make_spec(image=image.name))
     finally:
         member.image.delete_image(image)
+
+
+def test_without_admin_cidr_behind_nat_the_spec_must_say(own_project):
+    """The test cloud answers on 127.0.0.1: the address this machine reaches it from is not
+    public, so there is no address to default SSH to; the preflight asks, and makes nothing."""
+    spec = make_spec(admin_cidr=None)
+    with pytest.raises(PreflightError) as e:
+        pf.check(spec)
+    msg = str(e.value)
+    assert msg.startswith("openstack.admin_cidr is not set and this machine's address toward the cloud (127.0.0.1) is not "
+                          "a public one"), msg
+    assert "admin_cidr: 203.0.113.7/32" in msg and "\n" not in msg

@@ -108,11 +108,11 @@ def test_preflight_and_observe_at_scale(scale_env):
     made = scale_env["made"]
 
     def preflight(n):
-        r = pf.check(make_spec(made[n].name, nodes=n, flavor="m1.small"), cluster_exists=True)
+        r = pf.check(make_spec(made[n].name, nodes=n, flavor="m1.small"), cluster_exists=True, cluster_id=made[n].id)
         assert len(r.existing_nodes) == n
 
     def look(n):
-        seen = observe(made[n].name, ENV, list(made[n].servers))
+        seen = observe(made[n].name, made[n].id, ENV, list(made[n].servers))
         assert all(m.state == "running" for m in seen.nodes.values())
 
     _linear("preflight", _per_size(preflight))
@@ -129,7 +129,7 @@ def test_repair_at_scale(scale_env, state):
             conn.compute.wait_for_server(s, status="SHUTOFF", wait=300)
 
     def repair(n):
-        seen = observe(made[n].name, ENV, list(made[n].servers))
+        seen = observe(made[n].name, made[n].id, ENV, list(made[n].servers))
         fix = OpenStackProvider().repair(make_spec(made[n].name, nodes=n, flavor="m1.small"), state, {}, seen)
         assert len(fix.started) == n
 
@@ -150,7 +150,7 @@ def test_gc_listing_and_the_masters_teardown_at_scale(scale_env, tmp_path):
     def master_teardown(n):
         with session(ENV) as conn:
             ids = [s.id for s in made[n].servers.values()]
-            gone = teardown(conn, made[n].name, ids[0], ids[1:], now(), say=lambda _: None)
+            gone = teardown(conn, made[n].name, made[n].id, ids[0], ids[1:], now(), say=lambda _: None)
         assert len(gone) == n
 
     _linear("the master's teardown (delete and wait)", _per_size(master_teardown))

@@ -32,14 +32,14 @@ def test_observe_sees_each_node_and_what_carries_the_tag(os_env, member, cluster
     member.compute.wait_for_server(made.servers[f"{c}-worker-1"], status="SHUTOFF", wait=60)
     member.compute.delete_server(made.servers[f"{c}-worker-2"])
     member.compute.wait_for_delete(made.servers[f"{c}-worker-2"], wait=60)
-    seen = observe(c, ENV, [f"{c}-master", f"{c}-worker-1", f"{c}-worker-2"])
+    seen = observe(c, made.id, ENV, [f"{c}-master", f"{c}-worker-1", f"{c}-worker-2"])
     assert {n: m.state for n, m in seen.nodes.items()} == {
         f"{c}-master": "running", f"{c}-worker-1": "stopped", f"{c}-worker-2": "missing"}
     assert seen.nodes[f"{c}-master"].id == made.servers[f"{c}-master"].id
     assert seen.extra == [f"{c}-worker-3"]
     other = set(seen.other)
     for thing in (f"network {c}-net", f"router {c}-router", f"security group {c}-cluster", f"security group {c}-master",
-                  f"volume {c}-shared", f"key pair {c}-key", f"floating IP {made.floating_ip.floating_ip_address}",
+                  f"volume {c}-shared", f"key pair {c}-key-{made.id}", f"floating IP {made.floating_ip.floating_ip_address}",
                   f"port {c}-master-port"):
         assert thing in other, (thing, sorted(other))
 
@@ -47,11 +47,46 @@ def test_observe_sees_each_node_and_what_carries_the_tag(os_env, member, cluster
 def test_a_look_alike_is_not_ours(os_env, member, cluster_name):
     """Named like our nodes, without our metadata: not observed, not deleted."""
     c = cluster_name
-    module_resources.make_cluster(member, f"{c}", 1, volume=False, floating_ip=False)
+    made = module_resources.make_cluster(member, f"{c}", 1, volume=False, floating_ip=False)
     server = next(iter(member.compute.servers(name=f"^{c}-master$")))
     member.compute.set_server_metadata(server, deployer_cluster="someone-else")
-    seen = observe(c, ENV, [f"{c}-master"])
+    seen = observe(c, made.id, ENV, [f"{c}-master"])
     assert seen.nodes[f"{c}-master"].state == "missing"
+
+
+def test_a_same_named_cluster_of_someone_else_is_not_ours(os_env, member, tmp_path, cluster_name):
+    """Two deployer clusters of one name in one project (two users, two state dirs): each
+    observes, expires and deletes only what carries its id; the preflight of a third
+    refuses the name; `gc` lists them apart."""
+    from deployer.errors import PreflightError
+    from deployer.providers.openstack_preflight import check
+
+    c = cluster_name
+    ours = module_resources.make_cluster(member, c, 2, expires_at="2026-11-20T08:00:00Z")
+    theirs = module_resources.make_cluster(member, c, 2, cidr="192.168.78.0/24", expires_at="2099-01-01T00:00:00Z")
+    names = [f"{c}-master", f"{c}-worker-1"]
+    seen = observe(c, ours.id, ENV, names)
+    assert {n: m.id for n, m in seen.nodes.items()} == {n: ours.servers[n].id for n in names}
+    assert f"key pair {c}-key-{ours.id}" in seen.other and f"key pair {c}-key-{theirs.id}" not in seen.other
+    assert len([o for o in seen.other if o.startswith("network ")]) == 1
+
+    with pytest.raises(PreflightError) as refused:  # a new state dir (no id yet) asking for the name
+        check(make_spec(c, nodes=2))
+    msg = str(refused.value)
+    assert f"cluster name {c!r} is in use in this OpenStack project by another deployer cluster" in msg, msg
+    assert "pick another --name" in msg and "\n" not in msg
+    with pytest.raises(PreflightError, match=f"id {theirs.id}"):  # our own state dir: only the other is foreign
+        check(make_spec(c, nodes=2), cluster_exists=True, cluster_id=ours.id)
+
+    found = gc.find(tmp_path / "no-state", "testcloud", gc.now())
+    assert [(e.name, e.cluster_id) for e in found if e.name == c] == [(c, ours.id)], "only the expired one"
+    results = gc.collect_and_act(tmp_path / "no-state", cloud="testcloud", destroy=True, dry_run=False)
+    assert [(r["name"], r["cluster_id"], r["action"]) for r in results if r["name"] == c] == [(c, ours.id, "destroyed")]
+    assert observe(c, ours.id, ENV, names).remaining() == []
+    left = observe(c, theirs.id, ENV, names)
+    assert {n: m.id for n, m in left.nodes.items()} == {n: theirs.servers[n].id for n in names}, "theirs untouched"
+    for thing in (f"volume {c}-shared", f"key pair {c}-key-{theirs.id}", f"network {c}-net", f"router {c}-router"):
+        assert thing in left.other, (thing, left.other)
 
 
 # Nova's action for each not-running status, and the action that put it there.
@@ -69,7 +104,7 @@ def test_repair_brings_back_a_server_from_every_stopped_state(os_env, member, st
     for status, server in workers.items():
         member.compute.wait_for_server(server, status=status, wait=120)
     names = list(made.servers)
-    seen = observe(c, ENV, names)
+    seen = observe(c, made.id, ENV, names)
     assert sorted(n for n, m in seen.nodes.items() if m.state == "stopped") == sorted(s.name for s in workers.values())
     fix = OpenStackProvider().repair(make_spec(c, nodes=len(names)), state, {}, seen)
     assert sorted(fix.started) == sorted(s.name for s in workers.values())
@@ -122,10 +157,10 @@ def test_gc_keeps_a_cloud_only_cluster_extended_after_it_was_listed(os_env, memb
 
 def test_delete_by_metadata_refuses_a_name_no_server_vouches_for(os_env, member, cluster_name):
     member.network.create_network(name=f"{cluster_name}-net")
-    with pytest.raises(OperationFailed, match=f"nothing proves '{cluster_name}' is a deployer cluster"):
-        delete_cluster(ENV, cluster_name, say=lambda _: None)
+    with pytest.raises(OperationFailed, match=f"nothing proves '{cluster_name}' \\(0badc0ffee00\\) is a deployer cluster"):
+        delete_cluster(ENV, cluster_name, "0badc0ffee00", say=lambda _: None)
     assert module_resources.leftovers(member, cluster_name) == [f"network {cluster_name}-net"]
 
 
 def test_observe_of_a_cluster_with_nothing_left(os_env, cluster_name):
-    assert observe(cluster_name, ENV, [f"{cluster_name}-master"]).remaining() == []
+    assert observe(cluster_name, "0badc0ffee00", ENV, [f"{cluster_name}-master"]).remaining() == []

@@ -99,7 +99,8 @@ def test_made_kept_renewed_and_revoked(os_env, own_project, tmp_path, cluster_na
 
 def test_nova_accepts_the_credential_and_the_timer_deletes_only_its_cluster(os_env, own_project, tmp_path, cluster_name,
                                                                              test_cloud, capsys):
-    ours, theirs = cluster_name, f"{cluster_name}b"
+    # Another user's cluster of the same name in the project, expired too: its id differs.
+    ours = theirs = cluster_name
     made = module_resources.make_cluster(own_project, ours, 3, volume=False, floating_ip=False, expires_at=at(-1))
     other = module_resources.make_cluster(own_project, theirs, 1, volume=False, floating_ip=False, cidr="192.168.78.0/24",
                                           expires_at=at(-1))
@@ -108,7 +109,7 @@ def test_nova_accepts_the_credential_and_the_timer_deletes_only_its_cluster(os_e
     entry = _clouds_with_credential(os_env, test_cloud, read_teardown_credential(st))
     master = made.servers[f"{ours}-master"].id
     workers = ",".join(s.id for n, s in made.servers.items() if n != f"{ours}-master")
-    args = ["--cloud", entry, "--cluster", ours, "--server-id", master, "--workers", workers]
+    args = ["--cloud", entry, "--cluster", ours, "--cluster-id", made.id, "--server-id", master, "--workers", workers]
 
     # --check: authenticates and reads every server through Nova's access-rule check.
     assert teardown_main([*args, "--check"]) == 0
@@ -184,10 +185,11 @@ def test_before_the_expiry_or_for_another_server_the_timer_deletes_nothing(os_en
     master, worker = (made.servers[f"{cluster_name}-{n}"].id for n in ("master", "worker-1"))
     later = now() + timedelta(hours=3)
     with session({"OS_CLOUD": "testcloud"}) as conn:
-        assert teardown(conn, cluster_name, master, [worker], now(), say=lambda _: None) == []
-        assert teardown(conn, f"{cluster_name}x", master, [worker], later, say=lambda _: None) == [], "another cluster's"
+        assert teardown(conn, cluster_name, made.id, master, [worker], now(), say=lambda _: None) == []
+        assert teardown(conn, cluster_name, "0badc0ffee00", master, [worker], later, say=lambda _: None) == [], \
+            "a same-named cluster's id"
         # Past the expiry: the workers first, then the master (the master's own call goes last).
-        assert teardown(conn, cluster_name, master, [worker], later, say=lambda _: None) == [
+        assert teardown(conn, cluster_name, made.id, master, [worker], later, say=lambda _: None) == [
             f"{cluster_name}-worker-1", f"{cluster_name}-master"]
 
 

@@ -168,7 +168,9 @@ def test_rendered_scrape_config_covers_the_inventory(rendered):
                                "demo-worker-2": ["10.77.0.12:9100"]}
     assert targets("prometheus") == {"demo-master": ["10.77.0.10:9090"]}
     assert targets("pushgateway") == {"demo-master": ["10.77.0.10:9091"]}
-    assert jobs["pushgateway"]["honor_labels"] is True
+    # Behind the deployer's login; a pushed series is job="deployer_bench" whatever it claims.
+    assert jobs["pushgateway"]["honor_labels"] is False
+    assert jobs["pushgateway"]["basic_auth"] == {"username": "deployer", "password_file": "/etc/prometheus/pushgateway.password"}
     assert targets("dcgm") == {"demo-worker-2": ["10.77.0.12:9400"]}
     roles = {sc["labels"]["instance"]: sc["labels"]["node_role"] for sc in jobs["node"]["static_configs"]}
     assert roles == {"demo-master": "master", "demo-worker-1": "worker", "demo-worker-2": "worker"}
@@ -222,6 +224,9 @@ def test_grafana_config_and_generated_password(tmp_path, expose):
     assert f'admin_password = """{password}"""' in ini
     assert "[auth.anonymous]\nenabled = false" in ini
     assert f"http_addr = {'0.0.0.0' if expose else '10.77.0.10'}" in ini
+    # Exposed, it serves HTTPS only (the deployer's certificate); through the tunnel, HTTP.
+    tls = "protocol = https\ncert_file = /etc/grafana/deployer-tls.crt\ncert_key = /etc/grafana/deployer-tls.key"
+    assert (tls in ini) is expose and ("protocol" in ini) is expose
     assert (out / "deployer.conf").read_text().strip().endswith("Environment=DEPLOYER_PROMETHEUS_URL=http://10.77.0.10:9090")
 
 

@@ -22,13 +22,14 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from deployer import metrics
+from deployer import credentials, metrics
 from tests import dashboard_checks as dashboard
 from tests.unit.test_slurm_metrics import REC as SLURM_RECORDED
 from tests.unit.test_slurm_metrics import metrics as slurm_metrics
@@ -93,6 +94,8 @@ def wait_ready(url: str, proc: subprocess.Popen, what: str, timeout: float = 30)
         try:
             with urllib.request.urlopen(url, timeout=1):
                 return
+        except urllib.error.HTTPError:
+            return  # it answers (the Pushgateway: 401 without the login)
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"{what} did not start")
@@ -100,6 +103,8 @@ def wait_ready(url: str, proc: subprocess.Popen, what: str, timeout: float = 30)
 
 
 def render_config(tmp: Path, ports: dict[str, int], rules_dir: Path) -> Path:
+    """prometheus.yml as the prometheus role renders it, and the Pushgateway's web config
+    (pushgateway-web.yml beside it) as the pushgateway role does, from the login in tmp/secrets."""
     inv = {"all": {
         "vars": {"deployer_cluster_name": "stack", "deployer_provider": "local", "deployer_grafana_installable": False, "deployer_shared_storage": "host_bind", "deployer_host_package_sources": True, "deployer_monitoring_retention": "1d",
                  "deployer_repo_dir": str(REPO)},
@@ -109,20 +114,30 @@ def render_config(tmp: Path, ports: dict[str, int], rules_dir: Path) -> Path:
     (tmp / "inventory.yml").write_text(yaml.safe_dump(inv))
     out = tmp / "prometheus.yml"
     play = [{"hosts": "master", "gather_facts": False,
-             "vars_files": [str(ROLES_DIR / "prometheus" / "defaults" / "main.yml")],
+             "vars_files": [str(ROLES_DIR / "prometheus" / "defaults" / "main.yml"),
+                            str(ROLES_DIR / "pushgateway" / "defaults" / "main.yml")],
              "tasks": [{"ansible.builtin.template": {"src": "{{ prometheus_config_template }}", "dest": str(out),
-                                                     "mode": "0644"}}]}]
+                                                     "mode": "0644"}},
+                       {"ansible.builtin.template": {"src": str(ROLES_DIR / "pushgateway/templates/pushgateway-web.yml.j2"),
+                                                     "dest": str(tmp / "pushgateway-web.yml"), "mode": "0644"}}]}]
     (tmp / "play.yml").write_text(yaml.safe_dump(play))
     extra = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
              "prometheus_port": ports["prometheus"], "prometheus_node_exporter_port": ports["node_exporter"],
              "prometheus_pushgateway_port": ports["pushgateway"], "prometheus_rules_dir": str(rules_dir),
              "prometheus_scrape_interval": "1s", "prometheus_scrape_timeout": "1s",
-             "prometheus_evaluation_interval": "1s"}
+             "prometheus_evaluation_interval": "1s", "deployer_secrets_dir": str(tmp / "secrets"),
+             "prometheus_pushgateway_password_file": str(tmp / "secrets" / "pushgateway_password")}
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"), "ANSIBLE_LOCAL_TEMP": str(tmp / "at")}
     r = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp / "inventory.yml"), str(tmp / "play.yml"), "-e", json.dumps(extra)],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return out
+
+
+class Stack(str):
+    """Prometheus's URL, and where the Pushgateway listens."""
+
+    pushgateway_port: int
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +146,7 @@ def stack(tmp_path_factory):
     ports = {name: free_port() for name in BINARIES}
     rules = tmp / "rules"
     rules.mkdir()
+    login = credentials.make_pushgateway_login(tmp / "secrets")
     for f in (REPO / "monitoring/prometheus/rules").glob("*.yml"):
         shutil.copy(f, rules)
     config = render_config(tmp, ports, rules)
@@ -145,7 +161,7 @@ def stack(tmp_path_factory):
         "node_exporter": [BINARIES["node_exporter"], f"--web.listen-address=127.0.0.1:{ports['node_exporter']}",
                           f"--collector.filesystem.fs-types-exclude={fs_exclude}", f"--collector.textfile.directory={textfile}"],
         "pushgateway": [BINARIES["pushgateway"], f"--web.listen-address=127.0.0.1:{ports['pushgateway']}",
-                        f"--persistence.file={tmp / 'pg.data'}"],
+                        f"--persistence.file={tmp / 'pg.data'}", f"--web.config.file={tmp / 'pushgateway-web.yml'}"],
         "prometheus": [BINARIES["prometheus"], f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
                        "--storage.tsdb.retention.time=1d", f"--web.listen-address=127.0.0.1:{ports['prometheus']}"],
     }
@@ -158,8 +174,10 @@ def stack(tmp_path_factory):
         prom = f"http://127.0.0.1:{ports['prometheus']}"
         wait_ready(f"{prom}/-/ready", procs["prometheus"], "prometheus")
 
-        metrics.push_bench_results(metrics.gateway_url("127.0.0.1", ports["pushgateway"]), RESULT)
-        metrics.push_bench_results(metrics.gateway_url("127.0.0.1", ports["pushgateway"]), training_result(tmp))
+        gateway = metrics.gateway_url("127.0.0.1", ports["pushgateway"])
+        metrics.push_bench_results(gateway, RESULT, login=login)
+        metrics.push_bench_results(gateway, training_result(tmp), login=login)
+        forge(gateway, login)
         api = dashboard.PrometheusAPI(prom)
         deadline = time.monotonic() + 60
         while True:  # until every target is up, the pushed run is scraped and rates have two samples
@@ -172,7 +190,9 @@ def stack(tmp_path_factory):
             if time.monotonic() > deadline:
                 pytest.fail(f"stack not scraped in time; up={up}")
             time.sleep(1)
-        yield prom
+        running = Stack(prom)
+        running.pushgateway_port = ports["pushgateway"]
+        yield running
     finally:
         for p in procs.values():
             p.terminate()
@@ -195,6 +215,42 @@ def test_rules_are_loaded(stack):
     names = {r["name"] for g in groups for r in g["rules"]}
     assert {"NodeDown", "DiskFillingUp", "GpuTooHot", "ScrapeFailing"} <= names
     assert all(r["health"] == "ok" for g in groups for r in g["rules"])
+
+
+def forge(gateway: str, login) -> None:
+    """A push that names another job and instance (what a push with the login could try):
+    a node_exporter series of a worker."""
+    import base64
+
+    body = b'node_load1{instance="stack-worker-9"} 99\n'
+    req = urllib.request.Request(f"{gateway}/metrics/job/node/instance/stack-worker-9", data=body, method="PUT")
+    req.add_header("Authorization", "Basic " + base64.b64encode(f"{login.user}:{login.password}".encode()).decode())
+    with urllib.request.urlopen(req, timeout=5):
+        pass
+
+
+def test_the_pushgateway_takes_nothing_without_the_login(stack, tmp_path_factory):
+    from deployer.errors import OperationFailed
+
+    gateway = f"http://127.0.0.1:{stack.pushgateway_port}"
+    with pytest.raises(OperationFailed, match="Unauthorized"):
+        metrics.push_bench_results(gateway, {**RESULT, "run_id": "intruder"})
+    with pytest.raises(urllib.error.HTTPError) as e:  # nor does it answer a read or a delete
+        urllib.request.urlopen(urllib.request.Request(f"{gateway}/metrics/job/deployer_bench/run_id/{RESULT['run_id']}",
+                                                      method="DELETE"), timeout=5)
+    assert e.value.code == 401
+
+
+def test_a_forged_job_and_instance_do_not_stick(stack):
+    """Whatever a push names, Prometheus gives its series job="deployer_bench" and the
+    master as instance: it cannot pass for a node's series."""
+    api = dashboard.PrometheusAPI(stack)
+    deadline = time.monotonic() + 30
+    while not api.query("node_load1 == 99") and time.monotonic() < deadline:
+        time.sleep(1)
+    rows = api.query("node_load1 == 99")
+    assert rows and {(r["metric"]["job"], r["metric"]["instance"]) for r in rows} == {("deployer_bench", "stack-master")}
+    assert not any(k.startswith("exported_") for r in rows for k in r["metric"])
 
 
 def test_pushed_series_keep_job_and_run_id(stack):

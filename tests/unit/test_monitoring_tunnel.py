@@ -16,8 +16,9 @@ import time
 
 import pytest
 
-from deployer import dashboard, tunnel
+from deployer import credentials, dashboard, tunnel
 from deployer.errors import OperationFailed
+from deployer.spec import MonitoringSpec
 
 # Behaves like `ssh -N -L 127.0.0.1:L:H:P ... dest` for the forwarding part: listens on
 # each L, relays to H:P, records its argv. FAKE_SSH_MODE=fail exits like a refused login;
@@ -201,12 +202,22 @@ def test_an_exposed_cloud_cluster_shows_its_public_address(tmp_path):
              "nodes": [{"name": "d-master", "private_ip": "192.168.77.10", "public_ip": "203.0.113.7"}]}
     seen = dashboard.view(cloud, grafana_wanted=True, exposed=True)
     assert seen["public_host"] == "203.0.113.7"
+    # What `up` made for it: Grafana's certificate (it serves HTTPS only, then) and the Pushgateway's login.
+    monitoring = MonitoringSpec.model_validate({"expose": True, "allowed_cidrs": ["198.51.100.0/24"]})
+    credentials.prepare(tmp_path, monitoring, cloud)
     common = dict(grafana=True, secrets_dir=tmp_path, public_host=seen["public_host"])
     printed = dashboard.describe("192.168.77.10", **common)  # --print: no tunnel, the public URL
-    assert printed["services"][0]["url"] == "http://203.0.113.7:3000/"
+    by_name = {e["name"]: e for e in printed["services"]}
+    assert by_name["grafana"]["url"] == "https://203.0.113.7:3000/"
+    assert by_name["prometheus"]["url"] is None and by_name["prometheus"]["public_url"] is None, "never exposed"
+    assert by_name["pushgateway"]["public_url"] is None
+    assert printed["grafana_tls_sha256"] == credentials.grafana_fingerprint(tmp_path)
+    assert any(printed["grafana_tls_sha256"] in n for n in printed["notes"])
+    assert printed["pushgateway_login"] == {"user": "deployer", "password_file": str(tmp_path / "pushgateway_password")}
     tunnelled = dashboard.describe("192.168.77.10", local_ports={"grafana": 41000, "prometheus": 41001, "pushgateway": 41002}, **common)
-    assert tunnelled["services"][0]["url"] == "http://127.0.0.1:41000/"
-    assert "(exposed: http://203.0.113.7:3000/)" in dashboard.render(tunnelled)[0]
+    assert [e["url"] for e in tunnelled["services"]] == [
+        "https://127.0.0.1:41000/", "http://127.0.0.1:41001/", "http://127.0.0.1:41002/"]
+    assert "(exposed: https://203.0.113.7:3000/)" in dashboard.render(tunnelled)[0]
     # Not exposed, or a local cluster (public == private): no public address.
     assert dashboard.view(cloud, grafana_wanted=True)["public_host"] is None
     local = {"name": "d", "nodes": [{"name": "d-master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10"}]}

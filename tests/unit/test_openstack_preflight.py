@@ -100,7 +100,8 @@ def state(tmp_path):
 
 
 def make_spec(**openstack) -> ClusterSpec:
-    base = {"cloud": "testcloud", "flavor": "m1.large", "image": "Ubuntu 22.04", "external_network": "public"}
+    base = {"cloud": "testcloud", "flavor": "m1.large", "image": "Ubuntu 22.04", "external_network": "public",
+            "admin_cidr": "203.0.113.0/24"}
     nodes = openstack.pop("nodes", 4)
     monitoring = openstack.pop("monitoring", {"enabled": True})
     return ClusterSpec.model_validate(
@@ -190,7 +191,32 @@ def test_observe_on_a_failing_cloud_is_operation_failed(cloud):
 
     cloud.fail["/compute/v2.1/servers"] = 503
     with pytest.raises(OperationFailed, match="listing what exists of cluster demo"):
-        observe("demo", ENV, ["demo-master"])
+        observe("demo", "0badc0ffee00", ENV, ["demo-master"])
+
+
+def test_admin_cidr_defaults_to_this_machines_public_address_only(cloud, monkeypatch):
+    """No admin_cidr: SSH is opened to the address this machine reaches the cloud from,
+    when that is a public one (here the fake cloud is on 127.0.0.1, so the address is given)."""
+    from ipaddress import IPv4Address
+
+    monkeypatch.setattr(pf, "controller_address", lambda conn: IPv4Address("193.224.1.1"))
+    spec = make_spec(admin_cidr=None)
+    assert pf.check(spec).admin_cidr_from == "193.224.1.1"
+    assert str(spec.openstack.admin_cidr) == "193.224.1.1/32"
+
+
+def test_a_world_open_admin_cidr_is_a_warning(cloud):
+    warnings = pf.check(make_spec(admin_cidr="0.0.0.0/0")).warnings
+    assert any("open to the whole internet" in w for w in warnings), warnings
+
+
+def test_observe_without_a_cluster_id_cannot_tell():
+    """A state dir that records no id cannot tell its servers from a same-named cluster's:
+    `down` must stop (OperationFailed), not read 'nothing there'."""
+    from deployer.providers.openstack_observe import observe
+
+    with pytest.raises(OperationFailed, match="records no cluster id"):
+        observe("demo", None, ENV, ["demo-master"])
 
 
 # ---- pure helpers ------------------------------------------------------------------------------------------

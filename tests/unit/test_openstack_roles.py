@@ -53,6 +53,7 @@ def inventory(connection: str = "ssh", **group_vars) -> dict:
         "all": {
             "vars": {
                 "deployer_cluster_name": "horovod",
+                "deployer_cluster_id": "0123456789ab",
                 "deployer_provider": "openstack",
                 "deployer_grafana_installable": True,
                 "deployer_shared_storage": "nfs",

@@ -96,13 +96,22 @@ def test_expose_without_cidr_is_refused(tmp_path):
         build_spec(cfg)
 
 
-def test_world_exposure_needs_grafana_login(tmp_path):
+def test_exposure_is_grafana_only(tmp_path):
+    """expose opens Grafana (HTTPS, login) and nothing else: without Grafana it is refused."""
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("monitoring:\n  expose: true\n  grafana: false\n  allowed_cidrs: [0.0.0.0/0]\n")
-    with pytest.raises(UsageError, match="Grafana"):
+    cfg.write_text("monitoring:\n  expose: true\n  grafana: false\n  allowed_cidrs: [198.51.100.0/24]\n")
+    with pytest.raises(UsageError, match="monitoring.expose opens Grafana only"):
         build_spec(cfg)
     cfg.write_text("monitoring:\n  expose: true\n  allowed_cidrs: [0.0.0.0/0]\n")
     assert build_spec(cfg).exposed_to_world()
+    cfg.write_text("monitoring:\n  expose: true\n  allowed_cidrs: [198.51.100.0/24]\n")
+    assert not build_spec(cfg).exposed_to_world()
+
+
+def test_admin_cidr_has_no_world_default(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("provider: openstack\n")
+    assert build_spec(cfg).openstack.admin_cidr is None  # the preflight takes this machine's public address, or asks
 
 
 @pytest.mark.parametrize("subnet, fragment", [("8.8.8.0/24", "private"), ("10.1.2.0/28", "/26"), ("10.1.2.300/24", "local.subnet")])

@@ -133,6 +133,8 @@ def state(tmp_path):
     st = ClusterState(root=tmp_path / ".deployer", name="horovod")
     st.ssh_public_key.parent.mkdir(parents=True)
     st.ssh_public_key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDeployerClusterKeyForTestsOnly00000000000 deployer@horovod\n")
+    # What lifecycle.up records before Terraform runs: the cluster's id goes into the module.
+    st.write_record(st.origin_file, {"provider": "openstack", "terraform_env": {}, "cluster_id": "0123456789ab"})
     return st
 
 
@@ -352,18 +354,31 @@ def test_the_modules_validate_names_and_sizes_by_the_deployers_one_rule():
     assert f"var.node_count <= {MAX_NODES}" in (MODULES["openstack"] / "variables.tf").read_text()
 
 
-def test_the_tag_the_module_sets_is_the_one_the_deployer_looks_for():
-    from deployer.providers.openstack_observe import cluster_tag
+def test_the_tags_the_module_sets_are_the_ones_the_deployer_looks_for():
+    from deployer.providers.openstack_observe import id_tag, name_tag
 
     main = hcl2.loads((MODULES["openstack"] / "main.tf").read_text())
     tags = [t.strip('"') for t in next(loc["tags"] for loc in main["locals"] if "tags" in loc)]
-    assert cluster_tag("${var.cluster_name}") in tags
+    assert name_tag("${var.cluster_name}") in tags and id_tag("${var.cluster_id}") in tags
 
 
-def test_openstack_servers_and_volume_carry_the_expiry_metadata():
+def test_the_key_pair_the_module_uploads_is_the_one_the_deployer_looks_for():
+    from deployer.providers.openstack_observe import key_pair_name
+
+    compute = hcl2.loads((MODULES["openstack"] / "compute.tf").read_text())
+    key = next(r['"openstack_compute_keypair_v2"']['"cluster"'] for r in compute["resource"]
+               if '"openstack_compute_keypair_v2"' in r)
+    assert key["name"].strip('"') == key_pair_name("${var.cluster_name}", "${var.cluster_id}")
+
+
+def test_openstack_servers_and_volume_carry_the_id_and_expiry_metadata():
+    from deployer.providers.openstack_teardown import CLUSTER_ID_KEY, CLUSTER_KEY, EXPIRY_KEY
+
     for f in ("compute.tf", "storage.tf"):
         text = (MODULES["openstack"] / f).read_text()
-        assert "deployer_expires_at = var.expires_at" in text, f
+        assert f"{EXPIRY_KEY} = var.expires_at" in text, f
+        assert re.search(rf"{CLUSTER_ID_KEY}\s*=\s*var\.cluster_id", text), f
+        assert re.search(rf"{CLUSTER_KEY}\s*=\s*var\.cluster_name", text), f
 
 
 # ---- Terraform evaluates terraform/openstack's validations on the deployer's values ----------------------
@@ -398,9 +413,19 @@ def test_openstack_validations_accept_the_deployer_tfvars(tmp_path, state):
         ({"monitoring_allowed_cidrs": ["0.0.0.0/0", "nope"]}, "monitoring_allowed_cidrs must be IPv4 CIDRs"),
         ({"ssh_user": "root"}, "ssh_user must be a valid non-root Linux user name"),
         ({"expires_at": "tomorrow"}, "expires_at must be a UTC time like"),
+        ({"cluster_id": "demo"}, "cluster_id: 12 lowercase hex digits"),
+        ({"monitoring_ports": [3000, 9090]}, "never Prometheus's 9090"),  # no authentication: never exposed
     ],
 )
 def test_openstack_validations_reject_bad_values(tmp_path, state, override, message):
     r = _plan_variables(tmp_path, {**openstack_tfvars(state), **override})
     assert r.retcode != 0
     assert message in " ".join(f"{r.value} {r.error}".split())
+
+
+def test_admin_cidr_has_no_default_in_the_module(tmp_path, state):
+    """Nothing opens SSH to the world by default: without admin_cidr Terraform refuses."""
+    values = openstack_tfvars(state)
+    del values["admin_cidr"]
+    r = _plan_variables(tmp_path, values)
+    assert r.retcode != 0 and "admin_cidr" in f"{r.value} {r.error}"
