@@ -12,6 +12,7 @@ are xfailed when the run measured no link rate (link: null).
 
 from __future__ import annotations
 
+import shlex
 import time
 
 import pytest
@@ -81,6 +82,36 @@ def test_every_target_is_up(prom):
         time.sleep(5)
     jobs = {t["labels"]["job"] for t in targets}
     assert {"prometheus", "node", "pushgateway", "jupyterlab"} <= jobs
+
+
+PUSH_FROM_A_WORKER = r"""
+import base64, sys, urllib.error, urllib.request
+method, url, login = sys.argv[1:4]
+req = urllib.request.Request(url, data=b"intruder_metric 1\n" if method == "PUT" else None, method=method)
+if login != "-":
+    req.add_header("Authorization", "Basic " + base64.b64encode(login.encode()).decode())
+try:
+    print(urllib.request.urlopen(req, timeout=10).status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+"""
+
+
+def test_the_pushgateway_takes_a_push_from_the_cluster_network_only_with_the_login(live_cluster):
+    """A worker is on the cluster network, where the Pushgateway listens: without the
+    deployer's login its push (or delete) is refused (401); the login the state dir holds works."""
+    c = live_cluster.cluster
+    master = c.cluster_output()["nodes"][0]["private_ip"]
+    url = f"http://{master}:9091/metrics/job/intruder"
+    login = "deployer:" + (c.state / "secrets" / "pushgateway_password").read_text().strip()
+
+    def from_worker(method: str, who: str) -> str:
+        p = c.deployer("ssh", "worker-1", "--", "python3", "-c", shlex.quote(PUSH_FROM_A_WORKER), method, url, who)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.strip()
+
+    assert [from_worker("PUT", "-"), from_worker("DELETE", "-")] == ["401", "401"]
+    assert [from_worker("PUT", login), from_worker("DELETE", login)] == ["200", "202"]
 
 
 def test_every_node_is_scraped(prom, live_cluster):
