@@ -130,8 +130,7 @@ class LocalProvider:
             if shutil.which(tool) is None:
                 raise PreflightError(f"{tool} not found: install it with `apt-get install {package}` (or run `make deps`)")
         claim_name(spec.name, state.dir)
-        if state.read_record(state.origin_file) is None:  # this state dir has made nothing yet
-            self._refuse_foreign(state)
+        self._refuse_foreign(state)
         existing = state.cluster()
         running = len(existing["nodes"]) if existing else 0
         need = (spec.nodes - running) * spec.local.memory_mb
@@ -181,8 +180,15 @@ class LocalProvider:
     def _refuse_foreign(self, state: "ClusterState") -> None:
         """Containers, a bridge or a table by this cluster's name that this state dir did not
         make: another's (a state dir from before names were claimed, or one deleted by
-        hand). Taking them over would let Terraform and `down` destroy them."""
-        found = self.observe(state, {}, []).remaining()  # what `down` would have to remove
+        hand). Taking them over would let Terraform and `down` destroy them. Containers
+        carry the id of the cluster that made them; a state dir that has made nothing yet
+        (no id) owns no bridge or table either."""
+        from . import lxc
+
+        mine = state.cluster_id
+        found = [f"node {n}" for n in lxc.containers(state.name) if mine is None or lxc.cluster_id_of(n) not in (None, mine)]
+        if mine is None:
+            found += self.observe(state, {}, []).other  # the bridge and the table
         if found:
             raise PreflightError(
                 f"{', '.join(found)} of another cluster named {state.name!r} exist on this machine, and this state dir did "
@@ -212,7 +218,8 @@ class LocalProvider:
 
         with ThreadPoolExecutor(max_workers=1) as pool:
             has_table = pool.submit(lxc.nft_table_exists, state.name)  # beside lxc-ls: two commands, one wait
-            found = lxc.containers(state.name)
+            # Containers another cluster of this name made (another id) are not this one's.
+            found = {n: st for n, st in lxc.containers(state.name).items() if lxc.cluster_id_of(n) in (None, state.cluster_id)}
             seen = {n: Machine(found[n], lxc.instance_id(n)) if n in found else Machine("missing") for n in nodes}
             other = []
             if Path("/sys/class/net", bridge_name(state.name)).exists():
@@ -241,7 +248,8 @@ class LocalProvider:
             elif machine.state == "stopped":
                 fix.started.append(n["name"])
                 lxc.node_up(n["name"], f"{n['private_ip']}/{net.prefixlen}", str(gateway), bridge_name(spec.name),
-                            f"{v['shared_host_dir']}:{v['shared_dir']}", v["memory_mb"], state.boot_dir / f"{n['name']}.user-data")
+                            f"{v['shared_host_dir']}:{v['shared_dir']}", v["memory_mb"], state.boot_dir / f"{n['name']}.user-data",
+                            cluster_id=state.cluster_id)
         return fix
 
     def place(self, spec: "ClusterSpec", state: "ClusterState", cluster: dict[str, Any]) -> str | None:
@@ -259,6 +267,7 @@ class LocalProvider:
     def tfvars(self, spec: "ClusterSpec", state: "ClusterState", checked: Any = None) -> dict[str, Any]:
         return {
             "cluster_name": spec.name,
+            "cluster_id": state.cluster_id,  # made before Terraform runs (lifecycle.up)
             "node_count": spec.nodes,
             "subnet": str(spec.local.subnet),
             "bridge": bridge_name(spec.name),

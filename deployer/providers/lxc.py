@@ -529,6 +529,27 @@ def instance_id(name: str) -> str | None:
     return None
 
 
+CLUSTER_ID_FILE = "deployer-cluster-id"  # beside the container's config: the id of the cluster that made it
+
+
+def cluster_id_of(name: str) -> str | None:
+    """The id of the cluster that made the container (state.py: cluster_id); None: none
+    recorded (no such container, or one made before ids)."""
+    try:
+        return (LXC_PATH / name / CLUSTER_ID_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _refuse_another_clusters(name: str, cluster_id: str | None, doing: str) -> None:
+    """A container of this name that another cluster made (another state dir, the same
+    name) is not this cluster's to start or destroy."""
+    theirs = cluster_id_of(name)
+    if cluster_id and theirs and theirs != cluster_id:
+        raise DriverError(f"[lxc] {name} belongs to another cluster (id {theirs}, not {cluster_id}): not {doing} it; "
+                          f"pick another cluster name, or remove it where it was made (`deployer down` there)")
+
+
 def node_state(name: str) -> str:
     proc = sh("lxc-info", "-n", name, "-s", "-H", check=False, quiet=True)
     return proc.stdout.strip() if proc.returncode == 0 else "ABSENT"
@@ -618,7 +639,7 @@ def _seed(rootfs: Path, name: str, user_data: Path, iid: str | None) -> None:
 
 
 def node_up(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, user_data: Path,
-            iid: str | None = None) -> None:
+            iid: str | None = None, cluster_id: str | None = None) -> None:
     """Create (when absent) and start the node. Returns once the container runs: like a
     cloud server turning ACTIVE, that is not yet a booted node; the deployer waits for
     SSH with the pinned key and for cloud-init before it configures anything."""
@@ -626,7 +647,8 @@ def node_up(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_m
     Path(shared.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
     if node_state(name) == "ABSENT":
         # New, or left half-made by an interrupted run: (re)build it whole.
-        node_create(name, ip, gateway, bridge, shared, memory_mb, user_data, iid)
+        node_create(name, ip, gateway, bridge, shared, memory_mb, user_data, iid, cluster_id)
+    _refuse_another_clusters(name, cluster_id, "starting")
     if node_state(name) != "RUNNING":
         # A stopped node keeps what cloud-init and Ansible made of it; only start it again.
         sh("lxc-start", "-n", name, "-d", "-l", "WARN", "-o", str(LXC_PATH / name / "lxc.log"))
@@ -634,11 +656,12 @@ def node_up(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_m
 
 
 def node_create(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, user_data: Path,
-                iid: str | None = None) -> None:
+                iid: str | None = None, cluster_id: str | None = None) -> None:
     """The node's container, made whole from the current image and its seed, not started."""
     address = ipaddress.IPv4Interface(ip)
     if not user_data.is_file():
         raise DriverError(f"[lxc] {name}: no user-data at {user_data}; run `deployer up` (it renders it before Terraform)")
+    _refuse_another_clusters(name, cluster_id, "rebuilding")  # a half-made one of another cluster included
     ensure_base_image()
     _unmount(name)
     shutil.rmtree(LXC_PATH / name, ignore_errors=True)
@@ -652,10 +675,13 @@ def node_create(name: str, ip: str, gateway: str, bridge: str, shared: str, memo
         with _mounted(name, lower):
             _customise(LXC_PATH / name / "rootfs", pip_conf)
             _seed(LXC_PATH / name / "rootfs", name, user_data, iid)
+        if cluster_id:
+            (LXC_PATH / name / CLUSTER_ID_FILE).write_text(f"{cluster_id}\n")
         _write_config(name, str(address), gateway, bridge, shared, memory_mb, mounts, lower)  # last: marks it made
 
 
-def node_down(name: str) -> None:
+def node_down(name: str, cluster_id: str | None = None) -> None:
+    _refuse_another_clusters(name, cluster_id, "destroying")
     if node_state(name) != "ABSENT":
         sh("lxc-stop", "-n", name, "-k", check=False, quiet=True)
         sh("lxc-destroy", "-n", name, check=False, quiet=True)
@@ -710,6 +736,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--instance-id", help="the node's identity (Terraform's id of it), seeded as cloud-init's instance-id")
     down = sub.add_parser("node-down")
     down.add_argument("--name", required=True)
+    for sp in (up, down):
+        sp.add_argument("--cluster-id", help="the cluster's id (state.py): recorded on create; another's container is refused")
     down.add_argument("--state-dir", help=argparse.SUPPRESS)  # passed by clusters made before the boot contract
     sub.add_parser("base-image")
     a = p.parse_args(argv)
@@ -729,9 +757,9 @@ def _dispatch(a: argparse.Namespace) -> None:
     elif a.cmd == "network-down":
         network_down(a.cluster, a.bridge)
     elif a.cmd == "node-up":
-        node_up(a.name, a.ip, a.gateway, a.bridge, a.shared, a.memory_mb, a.user_data, a.instance_id)
+        node_up(a.name, a.ip, a.gateway, a.bridge, a.shared, a.memory_mb, a.user_data, a.instance_id, a.cluster_id)
     elif a.cmd == "node-down":
-        node_down(a.name)
+        node_down(a.name, a.cluster_id)
     elif a.cmd == "base-image":
         print(ensure_base_image())
 

@@ -44,6 +44,7 @@ resource "terraform_data" "node" {
 
   input = {
     driver     = local.driver
+    cluster_id = var.cluster_id
     name       = each.key
     role       = each.value.role
     index      = each.value.index
@@ -68,11 +69,11 @@ resource "terraform_data" "node" {
   # self.id (new whenever Terraform makes the node anew) becomes the container's
   # cloud-init instance-id: the node's identity in the cluster output.
   provisioner "local-exec" {
-    command = "${self.input.driver} node-up --name ${self.input.name} --ip ${self.input.ip}/${self.input.prefix_len} --gateway ${self.input.gateway} --bridge ${self.input.bridge} --shared '${self.input.shared}' --memory-mb ${self.input.memory_mb} --user-data '${self.input.user_data}' --instance-id ${self.id}"
+    command = "${self.input.driver} node-up --name ${self.input.name} --ip ${self.input.ip}/${self.input.prefix_len} --gateway ${self.input.gateway} --bridge ${self.input.bridge} --shared '${self.input.shared}' --memory-mb ${self.input.memory_mb} --user-data '${self.input.user_data}' --instance-id ${self.id} --cluster-id ${self.input.cluster_id}"
   }
 
   provisioner "local-exec" {
     when    = destroy
-    command = "${self.input.driver} node-down --name ${self.input.name}"
+    command = "${self.input.driver} node-down --name ${self.input.name} --cluster-id ${self.input.cluster_id}"
   }
 }

@@ -3,6 +3,15 @@ variable "cluster_name" {
   description = "Cluster name; prefixes node, bridge and firewall-table names."
 }
 
+variable "cluster_id" {
+  type        = string
+  description = "The cluster's random id (origin.json in its state dir): recorded beside each container by the driver, which refuses to start or destroy a container another cluster of the same name made."
+  validation {
+    condition     = can(regex("^[0-9a-f]{12}$", var.cluster_id))
+    error_message = "cluster_id: 12 lowercase hex digits (the deployer makes it)."
+  }
+}
+
 variable "node_count" {
   type        = number
   description = "Number of nodes, the master included."

@@ -32,3 +32,22 @@ def test_a_second_directory_cannot_take_a_name_in_use(local_cluster, tmp_path):
     assert _containers() == before
     s = local_cluster.deployer("status", "--json")
     assert s.returncode == 0 and '"state": "ok"' in s.stdout
+
+
+def test_each_container_carries_its_clusters_id_and_the_driver_guards_it(local_cluster):
+    """The driver records the id of the cluster that made each container; asked by another
+    cluster's Terraform (another id) to destroy one, it refuses and the node keeps running."""
+    import json
+    import sys
+
+    from deployer.providers import lxc
+
+    own = json.loads((local_cluster.state / "origin.json").read_text())["cluster_id"]
+    assert {lxc.cluster_id_of(n) for n in _containers()} == {own}
+    master = f"{NAME}-master"
+    p = subprocess.run([sys.executable, "-m", "deployer.providers.lxc", "node-down", "--name", master,
+                        "--cluster-id", "000000000000"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "belongs to another cluster" in p.stderr, p.stderr
+    assert lxc.node_state(master) == "RUNNING"
+    s = local_cluster.deployer("status", "--json")
+    assert s.returncode == 0 and json.loads(s.stdout)["id"] == own

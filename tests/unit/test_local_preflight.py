@@ -59,6 +59,25 @@ def test_containers_this_state_dir_did_not_make_are_refused(healthy, monkeypatch
         check(tmp_path, name="lab", nodes=2)
 
 
+@pytest.mark.parametrize(("recorded", "refused"), [("bbbbbbbbbbbb", True), ("aaaaaaaaaaaa", False), (None, False)],
+                         ids=["another-id", "own-id", "none-recorded"])
+def test_a_container_made_by_another_cluster_id_is_refused(healthy, monkeypatch, tmp_path, recorded, refused):
+    """A state dir that made its cluster (id aaaa...) finds a container of its node's name
+    that another cluster made (the driver records the maker's id beside each container)."""
+    st = ClusterState(tmp_path, "lab")
+    st.create()
+    st.write_record(st.origin_file, {"provider": "local", "terraform_env": {}, "cluster_id": "aaaaaaaaaaaa"})
+    monkeypatch.setattr(lxc, "containers", lambda name: {f"{name}-master": "running"})
+    monkeypatch.setattr(lxc, "cluster_id_of", lambda name: recorded)
+    if refused:
+        with pytest.raises(PreflightError, match="node lab-master of another cluster named 'lab'"):
+            check(tmp_path, name="lab", nodes=2)
+    else:
+        check(tmp_path, name="lab", nodes=2)
+    seen = local.LocalProvider().observe(st, {}, ["lab-master"])
+    assert seen.nodes["lab-master"].state == ("missing" if refused else "running"), "another's container is not this cluster's"
+
+
 def test_not_root(healthy, monkeypatch, tmp_path):
     monkeypatch.setattr(local.os, "geteuid", lambda: 1000)
     with pytest.raises(PreflightError, match="run as root"):

@@ -120,3 +120,21 @@ def test_ip_forward_is_turned_off_again_by_the_last_down_only_when_the_deployer_
     lxc.forwarding_on()
     lxc.forwarding_restored()
     assert switch.read_text() == "1\n" and not mark.exists()
+
+
+@pytest.mark.skipif(shutil.which("lxc-info") is None, reason="needs lxc-info (apt-get install lxc)")
+def test_the_driver_never_destroys_a_container_another_cluster_made(monkeypatch, tmp_path):
+    """node-down of cluster A's Terraform, on a container of the same name that cluster B
+    made (its id recorded beside the config): refused, and the container stays."""
+    monkeypatch.setattr(lxc, "LXC_PATH", tmp_path)
+    name = "idtest-master"  # no such container: lxc-info says ABSENT, only the directory is at stake
+    (tmp_path / name).mkdir()
+    (tmp_path / name / lxc.CLUSTER_ID_FILE).write_text("bbbbbbbbbbbb\n")
+    assert lxc.cluster_id_of(name) == "bbbbbbbbbbbb"
+    with pytest.raises(lxc.DriverError, match="belongs to another cluster \\(id bbbbbbbbbbbb, not aaaaaaaaaaaa\\)"):
+        lxc.node_down(name, "aaaaaaaaaaaa")
+    assert (tmp_path / name).is_dir()
+    assert lxc.main(["node-down", "--name", name, "--cluster-id", "aaaaaaaaaaaa"]) == 1  # as Terraform calls it
+    assert (tmp_path / name).is_dir()
+    lxc.node_down(name, "bbbbbbbbbbbb")  # its own cluster's destroy
+    assert not (tmp_path / name).exists()
