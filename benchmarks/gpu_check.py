@@ -36,15 +36,39 @@ def _allreduce(rank: int, world: int, init_file: str) -> None:
     dist.destroy_process_group()
 
 
-def nccl_allreduce(world: int) -> str:
+# An all-reduce of 4 MB among one node's GPUs takes milliseconds; NCCL's first one, with
+# its set-up, seconds. P2P over a badly virtualised PCIe (ACS/IOMMU left on in the VM) can
+# instead hang forever: that is a finding, not a wait.
+NCCL_TIMEOUT_S = int(os.environ.get("DEPLOYER_GPU_CHECK_NCCL_TIMEOUT_S", "180"))
+STALLED = ("timed out after {s} s: the all-reduce among this node's GPUs stalled (often GPU peer-to-peer over "
+           "a virtualised PCIe: ask the cloud about PCI ACS/IOMMU for this flavor, or try NCCL_P2P_DISABLE=1)")
+
+
+def spawn_with_deadline(fn, args: tuple, nprocs: int, timeout_s: float) -> str:
+    """Run fn(rank, *args) in `nprocs` processes; "ok", the first error, or a time-out after
+    which every process is killed."""
+    import time
+
     import torch.multiprocessing as mp
 
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            mp.spawn(_allreduce, args=(world, os.path.join(tmp, "init")), nprocs=world, join=True)
-        except Exception as e:  # noqa: BLE001 - the cause goes into the record
-            return " ".join(str(e).split())[-300:] or type(e).__name__
+    ctx = mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                for proc in ctx.processes:
+                    proc.kill()
+                for proc in ctx.processes:
+                    proc.join(10)
+                return STALLED.format(s=round(timeout_s))
+    except Exception as e:  # noqa: BLE001 - the cause goes into the record
+        return " ".join(str(e).split())[-300:] or type(e).__name__
     return "ok"
+
+
+def nccl_allreduce(world: int) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        return spawn_with_deadline(_allreduce, (world, os.path.join(tmp, "init")), world, NCCL_TIMEOUT_S)
 
 
 def main() -> int:

@@ -126,6 +126,8 @@ def aggregate(
             rows.append(row)
     bench_versions = (versions or {}).get("benchmark") or {}
     reference = nvidia_reference(rows[0]["model"], bench_versions.get("gpu")) if rows else None
+    if reference and not_comparable(reference, rows[0], (versions or {}).get("flags") or {}):
+        reference = None  # the console says why (reference_line)
     ar_rows = [
         {
             "nodes": nodes,
@@ -217,6 +219,16 @@ def speedups(training: Mapping[str, Any]) -> dict[int, float | None]:
             for r in training["runs"]}
 
 
+def not_comparable(reference: Mapping[str, Any], row: Mapping[str, Any], flags: Mapping[str, Any]) -> str | None:
+    """Why a run cannot be set against NVIDIA's figure (another image size, no AMP), or None."""
+    why = []
+    if row.get("image_size") != reference.get("image_size", 224):
+        why.append(f"{row.get('image_size')} px, NVIDIA's {reference.get('image_size', 224)} px")
+    if flags.get("amp") is not True:
+        why.append(f"{'no AMP' if flags.get('amp') is False else 'precision not recorded'}, NVIDIA's {reference['precision']}")
+    return "; ".join(why) or None
+
+
 def reference_share(row: Mapping[str, Any], reference: Mapping[str, Any] | None) -> float | None:
     """A row's img/s per GPU as a share of NVIDIA's published figure (ranks are GPUs on GPU runs)."""
     if not reference or not reference.get("img_per_sec_per_gpu"):
@@ -228,15 +240,16 @@ def reference_line(report: Mapping[str, Any]) -> str | None:
     """'img/s per GPU: X (NVIDIA published: Y for <gpu>, AMP; Z %)' for the smallest node count
     measured, or None where there is no published figure to read it against."""
     ref, rows = report.get("reference"), report.get("results") or []
-    if not ref or not rows:
+    if not rows:
         return None
     row = min(rows, key=lambda r: r["nodes"])
-    line = (f"img/s per GPU: {row['img_per_sec_per_rank']:.1f} (NVIDIA published: {ref['img_per_sec_per_gpu']:g} "
-            f"for {ref['gpu']}, {ref['precision']}; {reference_share(row, ref) * 100:.0f} %)")
-    flags = (report.get("versions") or {}).get("flags") or {}
-    if flags and not flags.get("amp"):
-        line += " — this run without AMP"
-    return line
+    if not ref:  # a figure for this GPU exists, but not for a run like this one: say so
+        versions = report.get("versions") or {}
+        found = nvidia_reference(row.get("model"), (versions.get("benchmark") or {}).get("gpu"))
+        why = found and not_comparable(found, row, versions.get("flags") or {})
+        return f"img/s per GPU: {row['img_per_sec_per_rank']:.1f} (no comparable NVIDIA figure: {why})" if why else None
+    return (f"img/s per GPU: {row['img_per_sec_per_rank']:.1f} (NVIDIA published: {ref['img_per_sec_per_gpu']:g} "
+            f"for {ref['gpu']}, {ref['precision']} at {ref.get('image_size', 224)} px; {reference_share(row, ref) * 100:.0f} %)")
 
 
 def reference_source(ref: Mapping[str, Any]) -> str:
@@ -479,6 +492,8 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     lines = [precision_text(versions["flags"])] if versions.get("flags") else []
     if report.get("reference"):
         lines += [reference_line(report) or "", reference_source(report["reference"])]
+    else:
+        lines.append(reference_line(report) or "")  # "no comparable NVIDIA figure: ..." where one exists
     nccl = versions.get("nccl_debug")
     if nccl:
         copied = (report.get("files") or {}).get("nccl_logs")

@@ -97,6 +97,7 @@ class Reference(_Model):
     img_per_sec_per_gpu: float = Field(gt=0)
     gpus: int = Field(ge=1)
     precision: str
+    image_size: int | None = None  # the input size NVIDIA trained at (224): only a run at it is compared
     batch_size: int | None = None
     memory_format: str | None = None
     container: str | None = None

@@ -72,9 +72,14 @@ def check_problems(host: str, record: dict[str, Any], choice: dict[str, Any]) ->
     return problems
 
 
-# Debian 12's non-free archive: the default driver (535) and the Tesla branches it carries.
-DEBIAN_BRANCHES = {None: ("nvidia-driver", "nvidia-smi"), 535: ("nvidia-tesla-535-driver", "nvidia-tesla-535-smi"),
-                   470: ("nvidia-tesla-470-driver", "nvidia-tesla-470-smi")}
+# Debian 12's non-free archive: the default driver (535) and the Tesla branches it carries,
+# each with nvidia-smi and the CUDA driver library. libcuda1 (libnvidia-tesla-<b>-cuda1)
+# comes with the driver only through Recommends (nvidia-driver-libs -> libnvidia-encode1
+# -> libnvcuvid1 -> libcuda1, read in bookworm's Packages), and the role installs
+# without Recommends: named here, or torch finds no GPU on a node where nvidia-smi works.
+DEBIAN_BRANCHES = {None: ("nvidia-driver", "nvidia-smi", "libcuda1"),
+                   535: ("nvidia-tesla-535-driver", "nvidia-tesla-535-smi", "libnvidia-tesla-535-cuda1"),
+                   470: ("nvidia-tesla-470-driver", "nvidia-tesla-470-smi", "libnvidia-tesla-470-cuda1")}
 
 
 def driver_packages(distribution: str, branch: int | None, kernel: str = "") -> list[str]:

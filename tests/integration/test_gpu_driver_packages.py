@@ -39,9 +39,10 @@ PLAY = """\
 """
 
 
+# Each set with the CUDA driver library: without it torch sees no GPU where nvidia-smi works.
 @pytest.mark.parametrize(("branch", "expect"), [
-    (None, ["nvidia-driver", "nvidia-smi"]),
-    (470, ["nvidia-tesla-470-driver", "nvidia-tesla-470-smi"]),
+    (None, ["nvidia-driver", "nvidia-smi", "libcuda1"]),
+    (470, ["nvidia-tesla-470-driver", "nvidia-tesla-470-smi", "libnvidia-tesla-470-cuda1"]),
 ])
 def test_driver_packages_resolve_on_debian_12(local_cluster, tmp_path, branch, expect):
     from deployer.ansible import run_playbook
@@ -55,7 +56,7 @@ def test_driver_packages_resolve_on_debian_12(local_cluster, tmp_path, branch, e
     result = run_playbook(inv, tmp_path / "run", playbook=str(play), limit=[host])
     assert not result.failures, result.failures
     answer = json.loads(out.read_text())
-    assert answer["packages"][:2] == expect
+    assert answer["packages"][:3] == expect
     assert "linux-headers-amd64" in answer["packages"]  # the containers run this host's kernel
     sim = answer["apt"]["stdout"]
     for package in expect:
@@ -63,3 +64,6 @@ def test_driver_packages_resolve_on_debian_12(local_cluster, tmp_path, branch, e
     assert answer["apt"]["changed"]  # would install; nothing was
     p = local_cluster.deployer("ssh", host, "--", "dpkg-query", "-W", expect[0])
     assert p.returncode != 0  # simulation only: the package is not installed
+    # The security suite's non-free lists are read: the driver's security releases are in reach.
+    p = local_cluster.deployer("ssh", host, "--", "apt-cache", "policy", "nvidia-driver")
+    assert "bookworm-security/non-free" in p.stdout, p.stdout

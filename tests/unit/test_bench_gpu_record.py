@@ -91,13 +91,26 @@ def report_for(*runs: dict, amp: bool = True) -> dict:
 def test_the_report_line_sets_img_per_gpu_against_nvidias():
     rep = report_for(gpu_run(1, 1235.0), gpu_run(2, 1111.5))
     assert rep["reference"]["img_per_sec_per_gpu"] == 2470
-    assert bench_report.reference_line(rep) == "img/s per GPU: 1235.0 (NVIDIA published: 2470 for NVIDIA A100-SXM4-80GB, AMP; 50 %)"
+    assert bench_report.reference_line(rep) == "img/s per GPU: 1235.0 (NVIDIA published: 2470 for NVIDIA A100-SXM4-80GB, AMP at 224 px; 50 %)"
     assert bench_report.reference_share(rep["results"][1], rep["reference"]) == pytest.approx(0.45)
 
 
-def test_a_run_without_amp_says_so_beside_the_amp_figure():
-    line = bench_report.reference_line(report_for(gpu_run(1, 600.0, gpu="Tesla V100-SXM2-16GB"), amp=False))
-    assert line == "img/s per GPU: 600.0 (NVIDIA published: 1200 for Tesla V100-SXM2-16GB, AMP; 50 %) — this run without AMP"
+def test_a_run_without_amp_gets_no_comparable_figure():
+    rep = report_for(gpu_run(1, 600.0, gpu="Tesla V100-SXM2-16GB"), amp=False)
+    assert rep["reference"] is None
+    assert bench_report.reference_line(rep) == "img/s per GPU: 600.0 (no comparable NVIDIA figure: no AMP, NVIDIA's AMP)"
+
+
+def test_a_run_at_another_image_size_gets_no_comparable_figure():
+    """--profile standard runs 128 px: about 3x the images of NVIDIA's 224 px, so a share
+    of NVIDIA's figure would read ~3x too high. No figure, and the console says why."""
+    run = {**gpu_run(1, 3600.0), "image_size": 128}
+    rep = report_for(run)
+    assert rep["reference"] is None
+    line = "img/s per GPU: 3600.0 (no comparable NVIDIA figure: 128 px, NVIDIA's 224 px)"
+    assert bench_report.reference_line(rep) == line
+    text = render(rep)
+    assert line in text and "of NVIDIA" not in text and "NVIDIA published" not in text
 
 
 @pytest.mark.parametrize("run", [gpu_run(1, 900.0, model="resnet18"), gpu_run(1, 900.0, gpu="NVIDIA H100 80GB HBM3"),
@@ -120,7 +133,7 @@ def test_the_table_is_headed_by_the_gpu_stack_and_ends_with_the_comparison():
     text = render(report_for(gpu_run(1, 1235.0), gpu_run(2, 1111.5)))
     assert "GPU NVIDIA A100-SXM4-80GB, 1 per node · CUDA 12.4 · driver 550.54.15 · NCCL 2.21.5" in text
     assert "AMP on (auto), channels_last on (auto), fp16 all-reduce off" in text
-    assert "img/s per GPU: 1235.0 (NVIDIA published: 2470 for NVIDIA A100-SXM4-80GB, AMP; 50 %)" in text
+    assert "img/s per GPU: 1235.0 (NVIDIA published: 2470 for NVIDIA A100-SXM4-80GB, AMP at 224 px; 50 %)" in text
     assert "NVIDIA DGX A100 (8x A100 80GB), 1 GPU, batch 256/GPU" in text
     assert "50%" in text and "45%" in text  # the "of NVIDIA" column, per node count
 
@@ -201,7 +214,7 @@ def test_a_gpu_sweep_records_the_stack_the_flags_and_nccls_logs(gpu_replay, tmp_
 
     # NVIDIA's figure beside img/s per GPU
     assert saved["reference"]["img_per_sec_per_gpu"] == 2470
-    assert bench_report.reference_line(saved) == "img/s per GPU: 1235.0 (NVIDIA published: 2470 for NVIDIA A100-SXM4-80GB, AMP; 50 %)"
+    assert bench_report.reference_line(saved) == "img/s per GPU: 1235.0 (NVIDIA published: 2470 for NVIDIA A100-SXM4-80GB, AMP at 224 px; 50 %)"
     assert (out / "commands.sh").read_text().splitlines()[1:] == runner.commands
 
 

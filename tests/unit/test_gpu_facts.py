@@ -39,8 +39,12 @@ def test_driver_packages():
     assert gpu_facts.driver_packages("Ubuntu", 535) == ["nvidia-driver-535-server", "nvidia-utils-535-server"]
     assert gpu_facts.driver_packages("Ubuntu", None) == []  # ubuntu-drivers picks
     assert gpu_facts.driver_packages("Debian", None, "6.1.0-28-cloud-amd64") == [
-        "nvidia-driver", "nvidia-smi", "firmware-misc-nonfree", "linux-headers-cloud-amd64"]
-    assert gpu_facts.driver_packages("Debian", 470, "6.1.0-28-amd64")[:2] == ["nvidia-tesla-470-driver", "nvidia-tesla-470-smi"]
+        "nvidia-driver", "nvidia-smi", "libcuda1", "firmware-misc-nonfree", "linux-headers-cloud-amd64"]
+    assert gpu_facts.driver_packages("Debian", 470, "6.1.0-28-amd64")[:3] == [
+        "nvidia-tesla-470-driver", "nvidia-tesla-470-smi", "libnvidia-tesla-470-cuda1"]
+    # The CUDA driver library comes only through Recommends, which the role does not install.
+    for branch in gpu_facts.DEBIAN_BRANCHES:
+        assert any("cuda1" in pkg for pkg in gpu_facts.driver_packages("Debian", branch)), branch
     with pytest.raises(ValueError, match="branches 535, 470"):
         gpu_facts.driver_packages("Debian", 580)
     with pytest.raises(ValueError, match="Ubuntu or Debian"):

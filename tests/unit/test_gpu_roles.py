@@ -89,6 +89,41 @@ def test_a_vgpu_guest_without_a_driver_gets_none_installed(tmp_path, bindir):
     assert "Install the driver packages" not in r.stdout and "Keep nouveau" not in r.stdout
 
 
+PENDING_PLAY = """\
+---
+- name: Pending reboot
+  hosts: gpu
+  gather_facts: false
+  tasks:
+    - name: Tell
+      ansible.builtin.include_role:
+        name: nvidia_driver
+        tasks_from: reboot_pending.yml
+"""
+
+
+@pytest.mark.parametrize(("installed", "loaded", "reboots"), [
+    ("535.216.01", None, True),  # installed by a run interrupted before its reboot: nothing to install now, still a reboot
+    ("535.216.01", "470.256.02", True),  # a new branch over a running old one
+    ("535.216.01", "535.216.01", False),  # runs what is installed
+    (None, None, False),  # no module for this kernel: nothing a reboot would load
+], ids=["interrupted-run", "other-version-loaded", "running", "none-installed"])
+def test_a_pending_reboot_is_read_from_the_modules_not_from_apt(tmp_path, bindir, installed, loaded, reboots):
+    """The reboot is ordered when the installed module is not the loaded one, whatever apt
+    did in this run (the handlers are notified; nvidia_driver_reboot: false keeps them from
+    rebooting this machine)."""
+    stand_in(bindir, "modinfo", f"v = {installed!r}\nif v is None: sys.exit(1)\nprint(v)")
+    version_file = tmp_path / "nvidia-version"
+    if loaded:
+        version_file.write_text(loaded + "\n")
+    inv = local_inventory(nvidia_driver_reboot=False, nvidia_driver_loaded_version_file=str(version_file))
+    r = run_playbook(tmp_path, PENDING_PLAY, inv)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("RUNNING HANDLER [nvidia_driver : Reboot the master for the NVIDIA driver]" in r.stdout) is reboots, r.stdout
+    if reboots:
+        assert f"NVIDIA module {installed} is installed, {loaded or 'none'} is loaded: a reboot loads it" in r.stdout
+
+
 CHOOSE_PLAY = """\
 ---
 - name: Choose torch
