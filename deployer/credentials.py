@@ -121,6 +121,18 @@ def prepare(secrets_dir: Path, monitoring: MonitoringSpec, cluster: dict[str, An
     return None
 
 
+def digest(secrets_dir: Path) -> str:
+    """A digest of what the roles install from here (the Pushgateway's hash, Grafana's
+    certificate), for the configure fingerprint: made anew, they are installed again."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in (PUSHGATEWAY_HASH, GRAFANA_CERT):
+        path = secrets_dir / name
+        h.update(name.encode() + (path.read_bytes() if path.exists() else b"-"))
+    return h.hexdigest()
+
+
 def grafana_fingerprint(secrets_dir: Path) -> str | None:
     """The fingerprint of the certificate Grafana serves, or None when it serves none."""
     from cryptography import x509

@@ -82,7 +82,7 @@ DEBIAN_BRANCHES = {None: ("nvidia-driver", "nvidia-smi", "libcuda1"),
                    470: ("nvidia-tesla-470-driver", "nvidia-tesla-470-smi", "libnvidia-tesla-470-cuda1")}
 
 
-def driver_packages(distribution: str, branch: int | None, kernel: str = "") -> list[str]:
+def driver_packages(distribution: str, branch: int | None) -> list[str]:
     """The apt packages of a datacenter driver with nvidia-smi, for a pinned `branch` (or the
     distribution's default when None). Ubuntu without a branch returns [] (ubuntu-drivers
     picks, then driver_utils_package adds its nvidia-smi). ValueError names the fix."""
@@ -94,11 +94,36 @@ def driver_packages(distribution: str, branch: int | None, kernel: str = "") -> 
             have = ", ".join(str(b) for b in DEBIAN_BRANCHES if b)
             raise ValueError(f"Debian's non-free archive has driver branches {have} (and its default): set "
                              f"openstack.nvidia_driver_branch to one of them, or use an image with driver {branch}")
-        # DKMS builds the module against the running kernel's flavour: cloud images run -cloud-amd64.
-        headers = "linux-headers-cloud-amd64" if kernel.endswith("-cloud-amd64") else "linux-headers-amd64"
-        return [*DEBIAN_BRANCHES[branch], "firmware-misc-nonfree", headers]
+        return [*DEBIAN_BRANCHES[branch], "firmware-misc-nonfree"]  # the kernel headers: kernel_packages
     raise ValueError(f"no driver packages known for {distribution}: use Ubuntu or Debian images, an image with the "
                      "driver (openstack.nvidia_driver_install: false), or set the role's nvidia_driver_package")
+
+
+# Ansible's ansible_architecture (uname -m) -> Debian's architecture name.
+DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+def kernel_flavour(kernel: str, architecture: str) -> str:
+    """Debian's flavour of the running kernel (`uname -r`: 6.1.0-28-cloud-amd64 ->
+    cloud-amd64), else the machine's plain one (amd64, arm64: a GH200 node is arm64)."""
+    arch = DEBIAN_ARCH.get(architecture, architecture)
+    m = re.search(rf"-((?:cloud|rt)-)?{re.escape(arch)}$", kernel)
+    return f"{(m.group(1) or '') if m else ''}{arch}"
+
+
+def kernel_packages(kernel: str, architecture: str, running_headers_available: bool) -> dict[str, Any]:
+    """What DKMS needs to build the module for the kernel the node will run (Debian).
+
+    The running kernel's own headers (linux-headers-$(uname -r)) while the archive still
+    has them; a flavour's metapackage would bring the newest kernel's instead, and no
+    module for the running one. Once they are gone (an image older than the archive's
+    kernel), the flavour's kernel and headers are upgraded together, and the reboot the
+    driver needs starts the kernel the module was built for. upgrade: apt must upgrade
+    them (state latest), not only install."""
+    if running_headers_available:
+        return {"packages": [f"linux-headers-{kernel}"], "upgrade": False}
+    flavour = kernel_flavour(kernel, architecture)
+    return {"packages": [f"linux-image-{flavour}", f"linux-headers-{flavour}"], "upgrade": True}
 
 
 def driver_utils_package(dpkg_list: str) -> list[str]:

@@ -35,8 +35,9 @@ def _terraform(spec: ClusterSpec, state: ClusterState, run_dir, env: dict[str, s
     return terraform.engine(workdir, run_dir / "terraform.jsonl", spec.terraform.binary, env=env)
 
 
-def _fingerprint(inv_path, spec: ClusterSpec) -> str:
-    """What Ansible's result depends on: the inventory, the spec and every role/benchmark file."""
+def _fingerprint(inv_path, spec: ClusterSpec, state: ClusterState) -> str:
+    """What Ansible's result depends on: the inventory, the spec, every role/benchmark file
+    and the secrets the roles install (a certificate or login made anew must reach the master)."""
     import hashlib
 
     from . import gpu_runtime
@@ -52,6 +53,7 @@ def _fingerprint(inv_path, spec: ClusterSpec) -> str:
             if f.is_file() and "__pycache__" not in f.parts:
                 h.update(str(f.relative_to(root)).encode())
                 h.update(f.read_bytes())
+    h.update(credentials.digest(state.secrets_dir).encode())
     return h.hexdigest()
 
 
@@ -147,7 +149,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         ui.ok(f"terraform: {changes.get('add', 0)} added, {changes.get('change', 0)} changed, {changes.get('remove', 0)} destroyed")
 
         inv = inventory.write(cluster, spec, state)
-        fingerprint = _fingerprint(inv, spec)
+        fingerprint = _fingerprint(inv, spec, state)
         plan = drift.configure_plan(cluster, state.read_record(state.configured_file), fingerprint, reconfigure=reconfigure)
         ansible_changed = 0
         waiting = sorted(set(plan.why) | set(started))
@@ -271,12 +273,12 @@ def down(state: ClusterState, *, only_if_expired: bool = False) -> bool:
         except DeployerError as e:
             raise OperationFailed(
                 f"could not verify that nothing of cluster {state.name} is left ({e}); the state is kept in {state.dir}. "
-                f"Check by hand: {provider.manual_cleanup_hint(state.name)}"
+                f"Check by hand: {provider.manual_cleanup_hint(state)}"
             ) from None
         if left:
             raise OperationFailed(
                 f"down left {', '.join(left)} behind; the state is kept. Remove by hand "
-                f"({provider.manual_cleanup_hint(state.name)}), then run `deployer down` again",
+                f"({provider.manual_cleanup_hint(state)}), then run `deployer down` again",
                 log=run_dir / "terraform.jsonl",
             )
         provider.forget(state, env)

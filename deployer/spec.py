@@ -185,9 +185,6 @@ class ClusterSpec(_Strict):
             )
         if self.openstack.auto_teardown and self.provider == "openstack" and self.ttl is None:
             raise ValueError("openstack.auto_teardown needs a ttl (e.g. ttl: 8h): the master deletes the cluster when it expires")
-        if m.enabled and m.expose and not m.grafana:
-            raise ValueError("monitoring.expose opens Grafana only (Prometheus never leaves the cluster network): "
-                             "with monitoring.grafana false there is nothing to expose; use `deployer dashboard`")
         return self
 
     def node_names(self) -> list[str]:

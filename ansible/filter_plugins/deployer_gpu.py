@@ -43,14 +43,17 @@ def pci_vgpu(lspci):
     return gpu_facts.pci_vgpu(str(lspci))
 
 
-def driver_packages(distribution, branch=None, kernel=""):
+def driver_packages(distribution, branch=None):
     try:
-        return gpu_facts.driver_packages(str(distribution), int(branch) if branch not in (None, "", "None") else None,
-                                         str(kernel))
+        return gpu_facts.driver_packages(str(distribution), int(branch) if branch not in (None, "", "None") else None)
     except ValueError as e:
         from ansible.errors import AnsibleFilterError
 
         raise AnsibleFilterError(str(e)) from None
+
+
+def kernel_packages(kernel, architecture, running_headers_available):
+    return gpu_facts.kernel_packages(str(kernel), str(architecture), bool(running_headers_available))
 
 
 def driver_utils_package(dpkg_list):
@@ -70,4 +73,5 @@ class FilterModule:
             "deployer_gpu_check_problems": gpu_check_problems,
             "deployer_driver_packages": driver_packages,
             "deployer_driver_utils_package": driver_utils_package,
+            "deployer_kernel_packages": kernel_packages,
         }

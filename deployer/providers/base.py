@@ -91,5 +91,6 @@ class Provider(Protocol):
     def boot_log_hint(self, node: str) -> str:
         """Where to look when `node` never answers SSH or cloud-init fails (a console-log command)."""
 
-    def manual_cleanup_hint(self, cluster: str) -> str:
-        """How to list (and remove) by hand what `down` could not verify is gone."""
+    def manual_cleanup_hint(self, state: "ClusterState") -> str:
+        """How to list (and remove) by hand what `down` could not verify is gone: this
+        cluster's only (its id), never a same-named one's."""

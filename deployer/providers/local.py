@@ -182,17 +182,20 @@ class LocalProvider:
         make: another's (a state dir from before names were claimed, or one deleted by
         hand). Taking them over would let Terraform and `down` destroy them. Containers
         carry the id of the cluster that made them; a state dir that has made nothing yet
-        (no id) owns no bridge or table either."""
+        owns no container, bridge or table."""
         from . import lxc
 
-        mine = state.cluster_id
-        found = [f"node {n}" for n in lxc.containers(state.name) if mine is None or lxc.cluster_id_of(n) not in (None, mine)]
-        if mine is None:
+        made = state.read_record(state.origin_file) is not None
+        # A container with no recorded id was made before ids: its maker's if this state dir
+        # made a cluster (its containers have none), another's if it has made nothing.
+        theirs = {state.cluster_id, None} if made else set()
+        found = [f"node {n}" for n in lxc.containers(state.name) if lxc.cluster_id_of(n) not in theirs]
+        if not made:
             found += self.observe(state, {}, []).other  # the bridge and the table
         if found:
             raise PreflightError(
                 f"{', '.join(found)} of another cluster named {state.name!r} exist on this machine, and this state dir did "
-                f"not make them: pick another --name, or remove them ({self.manual_cleanup_hint(state.name)})")
+                f"not make them: pick another --name, or remove them ({self.manual_cleanup_hint(state)})")
 
     def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> None:
         from . import lxc
@@ -291,8 +294,10 @@ class LocalProvider:
 
         return lxc.boot_log_hint(node)
 
-    def manual_cleanup_hint(self, cluster: str) -> str:
+    def manual_cleanup_hint(self, state: "ClusterState") -> str:
         from . import lxc
+
+        cluster = state.name
 
         return (f"`lxc-ls -1 | grep ^{cluster}-` (then lxc-destroy -f -n NAME), `ip link del {bridge_name(cluster)}`, "
                 f"`nft delete table ip {lxc.nft_table(cluster)}`")

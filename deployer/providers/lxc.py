@@ -3,8 +3,8 @@
     python -m deployer.providers.lxc network-up  --cluster C --bridge B --subnet S --gateway G/P [--only-master IP]
     python -m deployer.providers.lxc network-down --cluster C --bridge B
     python -m deployer.providers.lxc node-up --name N --ip IP/P --gateway G --bridge B \
-        --shared HOST:GUEST --memory-mb M --user-data FILE [--instance-id ID]
-    python -m deployer.providers.lxc node-down --name N
+        --shared HOST:GUEST --memory-mb M --user-data FILE [--instance-id ID] [--cluster-id CID]
+    python -m deployer.providers.lxc node-down --name N [--cluster-id CID]
     python -m deployer.providers.lxc base-image
 
 Each node is a Debian system container (its own systemd, sshd, hostname, static IP)

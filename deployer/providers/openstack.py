@@ -35,7 +35,7 @@ class OpenStackProvider:
 
         with ui.status(f"Checking OpenStack project for {spec.nodes} node(s) of {spec.openstack.flavor}"):
             result = check(spec, cluster_exists=terraform.has_resources(state.terraform_dir / "openstack"),
-                           cluster_id=state.cluster_id)
+                           cluster_id=_cluster_id(state))
         for w in result.warnings:
             ui.warn(w)
         if result.admin_cidr_from:
@@ -125,7 +125,7 @@ class OpenStackProvider:
     def observe(self, state: ClusterState, env: dict[str, str], nodes: list[str]) -> Observation:
         from .openstack_observe import observe
 
-        return observe(state.name, state.cluster_id, env, nodes)
+        return observe(state.name, _cluster_id(state), env, nodes)
 
     def repair(self, spec: ClusterSpec, state: ClusterState, cluster: dict[str, Any], seen: Observation) -> Repair:
         """Start what an operator stopped. A deleted server needs nothing here: Terraform's
@@ -166,9 +166,17 @@ class OpenStackProvider:
     def boot_log_hint(self, node: str) -> str:
         return f"`openstack console log show {node}` (the VM's console: cloud-init prints its errors there)"
 
-    def manual_cleanup_hint(self, cluster: str) -> str:
-        return (f"`openstack server list --name '^{cluster}-'`, `openstack volume list --name {cluster}-shared`, "
-                f"`openstack network list --name {cluster}-net` (delete what is there, then run `deployer down` again)")
+    def manual_cleanup_hint(self, state: ClusterState) -> str:
+        from .openstack_observe import LEGACY, id_tag, name_tag
+
+        cluster, cid = state.name, _cluster_id(state)
+        if cid in (None, LEGACY):  # resources without an id: by the name, as they were made
+            return (f"`openstack server list --name '^{cluster}-'`, `openstack volume list --name {cluster}-shared`, "
+                    f"`openstack network list --tags {name_tag(cluster)}` (delete what is there, then run `deployer down` again)")
+        return (f"`openstack server list --name '^{cluster}-' --long` (the servers whose properties say "
+                f"deployer_cluster_id='{cid}'), `openstack network list --tags {id_tag(cid)}`, `openstack port list --tags "
+                f"{id_tag(cid)}`, `openstack volume list --long` (deployer_cluster_id='{cid}'); a same-named cluster with "
+                f"another id is someone else's. Delete what is there, then run `deployer down` again")
 
     # ---- helpers ------------------------------------------------------------------------------
 
@@ -188,6 +196,17 @@ class OpenStackProvider:
         if checked is not None and checked.flavor == spec.openstack.flavor:
             return checked.gpus_per_node
         return max(1, spec.gpus_per_node)
+
+
+def _cluster_id(state: ClusterState) -> str | None:
+    """The id the cluster's resources carry: its own; LEGACY for a state dir made before
+    ids (origin.json without one: its next `up` puts the new id on them); None when the
+    state dir has made nothing."""
+    from .openstack_observe import LEGACY
+
+    if state.cluster_id:
+        return state.cluster_id
+    return LEGACY if state.read_record(state.origin_file) is not None else None
 
 
 TEARDOWN_CREDENTIAL = "teardown_credential.json"  # in the state dir's secrets (0600)

@@ -73,5 +73,6 @@ def delete_cluster(env: dict[str, str], cluster: str, cluster_id: str, *, say=pr
     left = observe(cluster, cluster_id, env, []).remaining()
     if left:
         raise OperationFailed(f"deleting {cluster} by its metadata left {', '.join(left)}; remove them by hand "
-                              f"(`openstack server list --name '^{cluster}-'`)")
+                              f"(`openstack network list --tags deployer-id-{cluster_id}`; servers and the volume whose "
+                              f"deployer_cluster_id is {cluster_id})")
     return deleted

@@ -23,6 +23,11 @@ from .base import Machine, Observation
 from .openstack_session import cloud_errors, connect, quiet_sdk_logs
 from .openstack_teardown import CLUSTER_ID_KEY, CLUSTER_KEY
 
+# A state dir made before cluster ids (origin.json without one): its resources carry the
+# name only. They are matched the old way, by the name, among the resources that carry
+# no id, until its next `up` writes the id into their metadata and tags.
+LEGACY = "legacy"
+
 # Nova statuses of a server that exists but does not run; ERROR and the rest count as
 # running-but-broken and are left to the boot wait, which names the node.
 STOPPED = {"SHUTOFF", "SUSPENDED", "PAUSED", "SHELVED", "SHELVED_OFFLOADED", "STOPPED"}
@@ -43,10 +48,15 @@ def named_servers(conn: Any, cluster: str) -> list[Any]:
     ]
 
 
+def server_id_of(server: Any) -> str:
+    """The cluster id a deployer server carries (LEGACY: one made before ids)."""
+    return (server.metadata or {}).get(CLUSTER_ID_KEY) or LEGACY
+
+
 def own_servers(conn: Any, cluster: str, cluster_id: str | None) -> list[Any]:
     """This cluster's servers: named as its nodes and carrying its id; None (a cluster
     that has made nothing yet) owns none."""
-    return [s for s in named_servers(conn, cluster) if cluster_id and (s.metadata or {}).get(CLUSTER_ID_KEY) == cluster_id]
+    return [s for s in named_servers(conn, cluster) if cluster_id and server_id_of(s) == cluster_id]
 
 
 def others_of_the_name(conn: Any, cluster: str, cluster_id: str | None) -> dict[str, list[str]]:
@@ -59,9 +69,9 @@ def others_of_the_name(conn: Any, cluster: str, cluster_id: str | None) -> dict[
             found.setdefault(their_id or "none", []).append(what)
 
     for s in named_servers(conn, cluster):
-        note((s.metadata or {}).get(CLUSTER_ID_KEY), f"server {s.name}")
+        note(server_id_of(s), f"server {s.name}")
     for n in conn.network.networks(tags=name_tag(cluster)):
-        note(next((t.removeprefix(ID_TAG) for t in n.tags or [] if t.startswith(ID_TAG)), None), f"network {n.name}")
+        note(next((t.removeprefix(ID_TAG) for t in n.tags or [] if t.startswith(ID_TAG)), LEGACY), f"network {n.name}")
     return found
 
 
@@ -79,8 +89,7 @@ def session(env: dict[str, str]) -> Iterator[Any]:
 
 def observe(cluster: str, cluster_id: str | None, env: dict[str, str], nodes: list[str]) -> Observation:
     if cluster_id is None:
-        raise OperationFailed(f"the state of cluster {cluster} records no cluster id (made by an older deployer), so its "
-                              f"resources cannot be told from another cluster's of the same name")
+        raise OperationFailed(f"cluster {cluster} has made nothing in this state dir (no origin.json): nothing to look for")
     with session(env) as conn, cloud_errors(conn, f"listing what exists of cluster {cluster}"):
         servers = {s.name: s for s in own_servers(conn, cluster, cluster_id)}
         seen = {
@@ -129,17 +138,28 @@ def key_pair_name(cluster: str, cluster_id: str) -> str:
 
 def tagged(conn: Any, cluster: str, cluster_id: str) -> dict[str, list[Any]]:
     """The cluster's non-server resources, by its id: a Neutron tag, the volume's
-    metadata, the key pair's name."""
-    tag = id_tag(cluster_id)
+    metadata, the key pair's name (LEGACY: by the name tag among what carries no id)."""
+    if cluster_id == LEGACY:
+        def untagged(items: Any) -> list[Any]:
+            return [i for i in items if not any(t.startswith(ID_TAG) for t in i.tags or [])]
+
+        tag, pick = name_tag(cluster), untagged
+        volume = [v for v in conn.block_storage.volumes()
+                  if (v.metadata or {}).get(CLUSTER_KEY) == cluster and CLUSTER_ID_KEY not in (v.metadata or {})]
+        key = f"{cluster}-key"
+    else:
+        tag, pick = id_tag(cluster_id), list
+        volume = [v for v in conn.block_storage.volumes() if (v.metadata or {}).get(CLUSTER_ID_KEY) == cluster_id]
+        key = key_pair_name(cluster, cluster_id)
     return {
-        "floating IP": list(conn.network.ips(tags=tag)),
-        "port": list(conn.network.ports(tags=tag)),
-        "router": list(conn.network.routers(tags=tag)),
-        "subnet": list(conn.network.subnets(tags=tag)),
-        "network": list(conn.network.networks(tags=tag)),
-        "security group": list(conn.network.security_groups(tags=tag)),
-        "volume": [v for v in conn.block_storage.volumes() if (v.metadata or {}).get(CLUSTER_ID_KEY) == cluster_id],
-        "key pair": [k for k in [conn.compute.find_keypair(key_pair_name(cluster, cluster_id), ignore_missing=True)] if k],
+        "floating IP": pick(conn.network.ips(tags=tag)),
+        "port": pick(conn.network.ports(tags=tag)),
+        "router": pick(conn.network.routers(tags=tag)),
+        "subnet": pick(conn.network.subnets(tags=tag)),
+        "network": pick(conn.network.networks(tags=tag)),
+        "security group": pick(conn.network.security_groups(tags=tag)),
+        "volume": volume,
+        "key pair": [k for k in [conn.compute.find_keypair(key, ignore_missing=True)] if k],
     }
 
 

@@ -154,6 +154,11 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
     elif o.admin_cidr.prefixlen == 0:
         warnings.append(f"openstack.admin_cidr {o.admin_cidr}: SSH to the master is open to the whole internet; narrow it "
                         f"to the addresses you SSH from")
+    m = spec.monitoring
+    if m.enabled and m.expose and not m.grafana:
+        # Here, not in the spec model: a recorded spec from before must still read (down).
+        problems.append("monitoring.expose opens Grafana only (Prometheus never leaves the cluster network): with "
+                        "monitoring.grafana false there is nothing to expose; turn expose off and use `deployer dashboard`")
     if spec.exposed_to_world():
         warnings.append("monitoring.allowed_cidrs has 0.0.0.0/0: Grafana is open to the whole internet, behind its login "
                         "and TLS; narrow it, or use `deployer dashboard` (SSH tunnel) with expose off")
@@ -249,11 +254,11 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
         own = own_servers(conn, spec.name, cluster_id)
     if others:
         # Checked first and alone: every other finding would be about a cluster this run must not touch.
-        their_id, what = next(iter(others.items()))
+        theirs = "; ".join(f"id {their_id}: {', '.join(what[:3])}{', …' if len(what) > 3 else ''}"
+                           for their_id, what in others.items())
         raise PreflightError(
-            f"cluster name {spec.name!r} is in use in this OpenStack project by another deployer cluster (id {their_id}: "
-            f"{', '.join(what[:3])}{', …' if len(what) > 3 else ''}), not made from this state dir: pick another --name, or run `deployer down` where it was "
-            f"made")
+            f"cluster name {spec.name!r} is in use in this OpenStack project by another deployer cluster ({theirs}), "
+            f"not made from this state dir: pick another --name, or run `deployer down` where it was made")
     existing = sorted(s.name for s in own)
     fresh = not (cluster_exists or own)
 

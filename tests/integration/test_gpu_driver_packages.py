@@ -31,7 +31,8 @@ PLAY = """\
         nvidia_driver_branch: {branch}
     - name: Keep apt's answer
       ansible.builtin.copy:
-        content: "{{{{ {{'packages': nvidia_driver_packages, 'apt': nvidia_driver_apt}} | to_json }}}}"
+        content: "{{{{ {{'packages': nvidia_driver_packages, 'apt': nvidia_driver_apt, 'kernel': nvidia_driver_kernel,
+                       'kernel_apt': nvidia_driver_kernel_apt | default(none)}} | to_json }}}}"
         dest: "{out}"
         mode: "0644"
       delegate_to: localhost
@@ -57,7 +58,10 @@ def test_driver_packages_resolve_on_debian_12(local_cluster, tmp_path, branch, e
     assert not result.failures, result.failures
     answer = json.loads(out.read_text())
     assert answer["packages"][:3] == expect
-    assert "linux-headers-amd64" in answer["packages"]  # the containers run this host's kernel
+    # The containers run this host's kernel, which is not Debian's: no headers for it in the
+    # archive, so the kernel and its headers are upgraded together (simulated) before the driver.
+    assert answer["kernel"] == {"packages": ["linux-image-amd64", "linux-headers-amd64"], "upgrade": True}
+    assert "Inst linux-headers-" in answer["kernel_apt"]["stdout"] and "Inst linux-image-" in answer["kernel_apt"]["stdout"]
     sim = answer["apt"]["stdout"]
     for package in expect:
         assert f"Inst {package} " in sim, sim[-2000:]  # apt resolved it, dependencies and all

@@ -82,3 +82,17 @@ def test_turning_exposure_off_removes_the_certificate(tmp_path):
     assert credentials.grafana_fingerprint(tmp_path)
     assert credentials.prepare(tmp_path, MonitoringSpec(), cluster) is None
     assert credentials.grafana_fingerprint(tmp_path) is None
+
+
+def test_the_digest_follows_what_the_roles_install(tmp_path):
+    """A certificate or login made anew changes the configure fingerprint, so `up` installs
+    it instead of skipping Ansible as unchanged."""
+    none = credentials.digest(tmp_path)
+    credentials.make_pushgateway_login(tmp_path)
+    login = credentials.digest(tmp_path)
+    credentials.grafana_certificate(tmp_path, "198.51.100.7")
+    cert = credentials.digest(tmp_path)
+    assert len({none, login, cert}) == 3
+    assert credentials.digest(tmp_path) == cert  # nothing new: the same
+    credentials.grafana_certificate(tmp_path, "198.51.100.8")  # the master's address changed
+    assert credentials.digest(tmp_path) != cert

@@ -38,9 +38,8 @@ def test_vgpu_profile_in_the_pci_subsystem():
 def test_driver_packages():
     assert gpu_facts.driver_packages("Ubuntu", 535) == ["nvidia-driver-535-server", "nvidia-utils-535-server"]
     assert gpu_facts.driver_packages("Ubuntu", None) == []  # ubuntu-drivers picks
-    assert gpu_facts.driver_packages("Debian", None, "6.1.0-28-cloud-amd64") == [
-        "nvidia-driver", "nvidia-smi", "libcuda1", "firmware-misc-nonfree", "linux-headers-cloud-amd64"]
-    assert gpu_facts.driver_packages("Debian", 470, "6.1.0-28-amd64")[:3] == [
+    assert gpu_facts.driver_packages("Debian", None) == ["nvidia-driver", "nvidia-smi", "libcuda1", "firmware-misc-nonfree"]
+    assert gpu_facts.driver_packages("Debian", 470)[:3] == [
         "nvidia-tesla-470-driver", "nvidia-tesla-470-smi", "libnvidia-tesla-470-cuda1"]
     # The CUDA driver library comes only through Recommends, which the role does not install.
     for branch in gpu_facts.DEBIAN_BRANCHES:
@@ -49,6 +48,18 @@ def test_driver_packages():
         gpu_facts.driver_packages("Debian", 580)
     with pytest.raises(ValueError, match="Ubuntu or Debian"):
         gpu_facts.driver_packages("Rocky", None)
+
+
+@pytest.mark.parametrize(("kernel", "arch", "available", "packages", "upgrade"), [
+    ("6.1.0-28-cloud-amd64", "x86_64", True, ["linux-headers-6.1.0-28-cloud-amd64"], False),
+    ("6.1.0-28-cloud-amd64", "x86_64", False, ["linux-image-cloud-amd64", "linux-headers-cloud-amd64"], True),
+    ("6.1.0-28-amd64", "x86_64", False, ["linux-image-amd64", "linux-headers-amd64"], True),
+    ("6.1.0-28-arm64", "aarch64", False, ["linux-image-arm64", "linux-headers-arm64"], True),  # GH200: never -amd64
+    ("6.1.0-28-cloud-arm64", "aarch64", False, ["linux-image-cloud-arm64", "linux-headers-cloud-arm64"], True),
+    ("6.18.44-fc-v782", "x86_64", False, ["linux-image-amd64", "linux-headers-amd64"], True),  # a kernel not Debian's
+])
+def test_kernel_headers_for_the_kernel_the_node_will_run(kernel, arch, available, packages, upgrade):
+    assert gpu_facts.kernel_packages(kernel, arch, available) == {"packages": packages, "upgrade": upgrade}
 
 
 def test_nvidia_smi_for_the_branch_ubuntu_drivers_chose():

@@ -78,6 +78,20 @@ def test_a_container_made_by_another_cluster_id_is_refused(healthy, monkeypatch,
     assert seen.nodes["lab-master"].state == ("missing" if refused else "running"), "another's container is not this cluster's"
 
 
+def test_a_cluster_made_before_ids_keeps_its_containers(healthy, monkeypatch, tmp_path):
+    """A state dir from before ids (origin.json without one): its containers carry no id
+    and stay its own; one carrying an id is another cluster's."""
+    st = ClusterState(tmp_path, "lab")
+    st.create()
+    st.write_record(st.origin_file, {"provider": "local", "terraform_env": {}})
+    monkeypatch.setattr(lxc, "containers", lambda name: {f"{name}-master": "running"})
+    monkeypatch.setattr(lxc, "cluster_id_of", lambda name: None)
+    check(tmp_path, name="lab", nodes=2)
+    monkeypatch.setattr(lxc, "cluster_id_of", lambda name: "bbbbbbbbbbbb")
+    with pytest.raises(PreflightError, match="node lab-master of another cluster"):
+        check(tmp_path, name="lab", nodes=2)
+
+
 def test_not_root(healthy, monkeypatch, tmp_path):
     monkeypatch.setattr(local.os, "geteuid", lambda: 1000)
     with pytest.raises(PreflightError, match="run as root"):

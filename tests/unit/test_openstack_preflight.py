@@ -205,17 +205,24 @@ def test_admin_cidr_defaults_to_this_machines_public_address_only(cloud, monkeyp
     assert str(spec.openstack.admin_cidr) == "193.224.1.1/32"
 
 
+def test_exposing_monitoring_without_grafana_is_refused(cloud):
+    """expose opens Grafana alone: without it there is nothing to open (and Prometheus never is)."""
+    monitoring = {"enabled": True, "expose": True, "grafana": False, "allowed_cidrs": ["198.51.100.0/24"]}
+    with pytest.raises(PreflightError, match="monitoring.expose opens Grafana only"):
+        pf.check(make_spec(monitoring=monitoring))
+
+
 def test_a_world_open_admin_cidr_is_a_warning(cloud):
     warnings = pf.check(make_spec(admin_cidr="0.0.0.0/0")).warnings
     assert any("open to the whole internet" in w for w in warnings), warnings
 
 
-def test_observe_without_a_cluster_id_cannot_tell():
-    """A state dir that records no id cannot tell its servers from a same-named cluster's:
-    `down` must stop (OperationFailed), not read 'nothing there'."""
+def test_observe_of_a_state_dir_that_made_nothing_is_refused():
+    """No id at all (no origin.json): there is nothing of this state dir's to look for, and
+    reading 'nothing there' would be a guess."""
     from deployer.providers.openstack_observe import observe
 
-    with pytest.raises(OperationFailed, match="records no cluster id"):
+    with pytest.raises(OperationFailed, match="has made nothing in this state dir"):
         observe("demo", None, ENV, ["demo-master"])
 
 

@@ -97,11 +97,9 @@ def test_expose_without_cidr_is_refused(tmp_path):
 
 
 def test_exposure_is_grafana_only(tmp_path):
-    """expose opens Grafana (HTTPS, login) and nothing else: without Grafana it is refused."""
+    """expose opens Grafana (HTTPS, login) and nothing else (the OpenStack preflight refuses
+    expose without Grafana: tests/unit/test_openstack_preflight.py)."""
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("monitoring:\n  expose: true\n  grafana: false\n  allowed_cidrs: [198.51.100.0/24]\n")
-    with pytest.raises(UsageError, match="monitoring.expose opens Grafana only"):
-        build_spec(cfg)
     cfg.write_text("monitoring:\n  expose: true\n  allowed_cidrs: [0.0.0.0/0]\n")
     assert build_spec(cfg).exposed_to_world()
     cfg.write_text("monitoring:\n  expose: true\n  allowed_cidrs: [198.51.100.0/24]\n")
