@@ -42,6 +42,50 @@ def pci_vgpu(lspci: str) -> bool:
     return False
 
 
+# An NVSwitch is an NVIDIA PCI device of class "Bridge, other" (0680); the GPUs are 0302.
+# The class is the device's own (config space), so this holds whatever pci.ids names it
+# (Debian 12's copy knows the A100's 1af1, not the H100's 22a3).
+_NVSWITCH = re.compile(r"Bridge \[0680\]")
+
+
+def nvswitch_count(lspci: str) -> int:
+    """NVSwitches in `lspci -nn -d 10de:` or `lspci -vmm -nn -d 10de:` output: an HGX/DGX
+    board passed through whole, whose GPUs need Fabric Manager before CUDA initialises."""
+    return sum(1 for line in lspci.splitlines() if _NVSWITCH.search(line))
+
+
+def fabricmanager_unavailable(distribution: str) -> str:
+    """Why Fabric Manager cannot be installed from this distribution's archive ("": it can)."""
+    if distribution.lower() == "ubuntu":
+        return ""
+    return (f"this node has NVSwitches and needs NVIDIA Fabric Manager, which {distribution}'s archive does not carry: "
+            "use an Ubuntu image (nvidia-fabricmanager-<branch>), or an image with the driver and Fabric Manager "
+            "installed (openstack.nvidia_driver_install: false)")
+
+
+def fabricmanager_packages(distribution: str, driver_packages: list[str]) -> list[str]:
+    """Fabric Manager and NSCQ for the driver branch the node gets (they must match the
+    driver's version: Ubuntu's archive keeps them in step per -server branch). ValueError
+    names the fix where the distribution has no such package."""
+    why = fabricmanager_unavailable(distribution)
+    if why:
+        raise ValueError(why)
+    branches = sorted({int(m) for p in driver_packages for m in re.findall(r"-(\d+)-server$", p)})
+    if not branches:
+        raise ValueError("this node has NVSwitches: Fabric Manager must match the driver's branch, and none was found "
+                         "among the driver packages; set openstack.nvidia_driver_branch (e.g. 535)")
+    return [f"nvidia-fabricmanager-{branches[-1]}", f"libnvidia-nscq-{branches[-1]}"]
+
+
+_FABRIC = re.compile(r"^\s*Fabric\s*\n\s*State\s*:\s*(.+?)\s*\n\s*Status\s*:\s*(.+?)\s*$", re.MULTILINE)
+
+
+def fabric_states(smi_q: str) -> list[tuple[str, str]]:
+    """Per GPU, the NVSwitch fabric's (State, Status) from `nvidia-smi -q`: ("Completed",
+    "Success") once Fabric Manager has trained the fabric; ("In Progress", ...) before."""
+    return _FABRIC.findall(smi_q)
+
+
 def check_problems(host: str, record: dict[str, Any], choice: dict[str, Any]) -> list[str]:
     """What is wrong with a GPU node after the runtime is installed, one line per cause.
 

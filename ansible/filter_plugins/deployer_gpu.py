@@ -56,6 +56,29 @@ def kernel_packages(kernel, architecture, running_headers_available):
     return gpu_facts.kernel_packages(str(kernel), str(architecture), bool(running_headers_available))
 
 
+def nvswitch_count(lspci):
+    return gpu_facts.nvswitch_count(str(lspci))
+
+
+def fabricmanager_packages(distribution, driver_packages):
+    try:
+        return gpu_facts.fabricmanager_packages(str(distribution), [str(p) for p in driver_packages])
+    except ValueError as e:
+        from ansible.errors import AnsibleFilterError
+
+        raise AnsibleFilterError(str(e)) from None
+
+
+def fabricmanager_unavailable(distribution):
+    return gpu_facts.fabricmanager_unavailable(str(distribution))
+
+
+def fabric_ready(smi_q):
+    """Every GPU's fabric trained (True), from nvidia-smi -q; False while any is not."""
+    states = gpu_facts.fabric_states(str(smi_q))
+    return bool(states) and all(state == "Completed" and status == "Success" for state, status in states)
+
+
 def driver_utils_package(dpkg_list):
     return gpu_facts.driver_utils_package(str(dpkg_list))
 
@@ -74,4 +97,8 @@ class FilterModule:
             "deployer_driver_packages": driver_packages,
             "deployer_driver_utils_package": driver_utils_package,
             "deployer_kernel_packages": kernel_packages,
+            "deployer_nvswitch_count": nvswitch_count,
+            "deployer_fabricmanager_packages": fabricmanager_packages,
+            "deployer_fabric_ready": fabric_ready,
+            "deployer_fabricmanager_unavailable": fabricmanager_unavailable,
         }

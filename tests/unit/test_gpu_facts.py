@@ -104,3 +104,29 @@ def test_gpu_check_script_on_this_machine_reports_no_gpu():
     assert r.returncode == 1 and record["torch_cuda"] is None
     problems = gpu_facts.check_problems(record["host"], record, {"cuda": None})
     assert problems and "torch sees no GPU" in problems[0]
+
+
+# ---- NVSwitch boards: Fabric Manager ---------------------------------------------------------
+
+
+def test_nvswitches_are_counted_from_real_lspci_recordings():
+    assert gpu_facts.nvswitch_count((FIXTURES / "lspci-nn.hgx-a100.txt").read_text()) == 6
+    assert gpu_facts.nvswitch_count((FIXTURES / "lspci-nn.hgx-h100-nvswitch.txt").read_text()) == 4
+    assert gpu_facts.nvswitch_count((FIXTURES / "lspci-vmm.passthrough-v100.txt").read_text()) == 0  # a PCIe card
+    assert gpu_facts.nvswitch_count("Slot:\t00:06.0\nClass:\tBridge [0680]\nVendor:\tNVIDIA Corporation [10de]\n") == 1  # -vmm
+
+
+def test_fabric_manager_matches_the_drivers_branch():
+    assert gpu_facts.fabricmanager_packages("Ubuntu", ["nvidia-driver-535-server", "nvidia-utils-535-server"]) == [
+        "nvidia-fabricmanager-535", "libnvidia-nscq-535"]
+    assert gpu_facts.fabricmanager_packages("Ubuntu", ["nvidia-utils-570-server"]) == [  # after ubuntu-drivers chose
+        "nvidia-fabricmanager-570", "libnvidia-nscq-570"]
+    with pytest.raises(ValueError, match="Debian's archive does not carry"):
+        gpu_facts.fabricmanager_packages("Debian", ["nvidia-driver"])
+    with pytest.raises(ValueError, match="set openstack.nvidia_driver_branch"):
+        gpu_facts.fabricmanager_packages("Ubuntu", [])
+
+
+def test_the_fabric_state_from_real_nvidia_smi_recordings():
+    assert gpu_facts.fabric_states((FIXTURES / "nvidia-smi-q-fabric.in-progress.txt").read_text()) == [("In Progress", "N/A")]
+    assert gpu_facts.fabric_states((FIXTURES / "nvidia-smi-q-fabric.completed.txt").read_text()) == [("Completed", "Success")]

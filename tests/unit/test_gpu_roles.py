@@ -124,6 +124,50 @@ def test_a_pending_reboot_is_read_from_the_modules_not_from_apt(tmp_path, bindir
         assert f"NVIDIA module {installed} is installed, {loaded or 'none'} is loaded: a reboot loads it" in r.stdout
 
 
+def test_an_nvswitch_node_on_debian_stops_before_any_install(tmp_path, bindir):
+    """This machine is Debian 12, whose archive has no Fabric Manager: an HGX board (the real
+    A100 recording) stops the role with the fix named, before the driver is installed."""
+    if shutil.which("lspci") is None:
+        pytest.skip("lspci (pciutils) is not installed here")
+    stand_in(bindir, "nvidia-smi", "print('NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'); sys.exit(9)")
+    lspci = (FIXTURES / "lspci-nn.hgx-a100.txt").read_text()
+    stand_in(bindir, "lspci", f"sys.stdout.write({lspci!r})")
+    r = run_playbook(tmp_path, DRIVER_PLAY, local_inventory(), "--check")
+    assert r.returncode != 0
+    assert "horovod-master (6 NVSwitches): this node has NVSwitches and needs NVIDIA Fabric Manager" in r.stdout, r.stdout
+    assert "Install the driver packages" not in r.stdout and "Keep nouveau" not in r.stdout
+
+
+FABRIC_PLAY = """\
+---
+- name: NVSwitch fabric
+  hosts: gpu
+  gather_facts: false
+  tasks:
+    - name: Wait for it
+      ansible.builtin.include_role:
+        name: nvidia_driver
+        tasks_from: fabric.yml
+"""
+
+
+@pytest.mark.parametrize(("fixture", "ok"), [("nvidia-smi-q-fabric.completed.txt", True),
+                                             ("nvidia-smi-q-fabric.in-progress.txt", False)], ids=["trained", "in-progress"])
+def test_an_nvswitch_node_waits_for_its_fabric_and_names_the_cause(tmp_path, bindir, fixture, ok):
+    """nvidia-smi -q as recorded on H100 nodes before and after Fabric Manager trained the
+    fabric: the role goes on only once it is trained, and otherwise stops naming the node."""
+    nvidia_smi(bindir, "", fixture)
+    inv = local_inventory(nvidia_driver_fabricmanager_service=False, nvidia_driver_fabric_retries=1,
+                          nvidia_driver_fabric_delay=0, nvidia_driver_nvswitches=6)
+    r = run_playbook(tmp_path, FABRIC_PLAY, inv)
+    assert (r.returncode == 0) is ok, r.stdout + r.stderr
+    if ok:
+        assert "6 NVSwitches: the NVLink fabric is trained" in r.stdout
+    else:
+        assert "horovod-master: the NVLink fabric of its 6 NVSwitch(es) is not trained" in r.stdout, r.stdout
+        assert "journalctl -u nvidia-fabricmanager" in r.stdout
+
+
 CHOOSE_PLAY = """\
 ---
 - name: Choose torch
