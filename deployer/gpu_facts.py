@@ -34,12 +34,48 @@ def virtualization(smi_q: str) -> str:
 
 
 def pci_vgpu(lspci: str) -> bool:
-    """Before any driver answers: does `lspci -vmm -d 10de:` (or -v) name a vGPU profile?"""
+    """Before any driver answers: does `lspci -vmm -d 10de:` (or -v) name a vGPU profile?
+    Only where pci.ids has the subsystem: Debian 12's and upstream's have none for today's
+    datacenter vGPU profiles (a V100D-8C guest shows `SDevice: Device [1396]`)."""
     for line in lspci.splitlines():
         key, _, value = line.partition(":")
         if key.strip().lower() in ("subsystem", "sdevice") and _PROFILE.search(value):
             return True
     return False
+
+
+# GPUs NVIDIA's vGPU software runs on (its "Supported GPUs" list: Tesla M/P/V/T, the A/L/H
+# data-center boards, the RTX professional boards), as pci.ids names them. On these, a
+# guest cannot tell from PCI alone whether it has the whole GPU or a vGPU of it: the
+# device id is the physical GPU's either way.
+_VGPU_CAPABLE = re.compile(
+    r"\bTesla\b|\bGRID\b|\b(?:A100|A800|A30|A40|A16|A10G?|A2|L4|L40S?|L20|H100|H200|H800|H20|B200|GH200)\b|"
+    r"\bRTX (?:A[456]000|A5500|[68]000|6000 Ada)\b|Quadro RTX [68]000")
+
+
+def _nvidia_gpus(lspci: str) -> list[str]:
+    """The GPUs' device names in `lspci -vmm -nn` records (class 03xx), or `lspci -nn` lines."""
+    names = []
+    for record in re.split(r"\n\s*\n", lspci.strip()):
+        fields = dict(line.split(":\t", 1) for line in record.splitlines() if ":\t" in line)
+        if fields.get("Class", "").endswith(("[0300]", "[0302]")):
+            names.append(fields.get("Device", "?"))
+    if not names:  # `lspci -nn` lines
+        names = [line.split(": ", 1)[1] for line in lspci.splitlines() if re.search(r"\[030[02]\]: ", line)]
+    return names
+
+
+def pci_virtualization(lspci: str) -> str:
+    """What a node's PCI devices say before a driver: "vgpu" (a vGPU profile named),
+    "passthrough" (a GPU vGPU does not run on: the whole GPU), or "cannot-tell" (a GPU
+    that could be either, or one pci.ids does not name yet: ask, do not guess)."""
+    if pci_vgpu(lspci):
+        return "vgpu"
+    gpus = _nvidia_gpus(lspci)
+    if any(_VGPU_CAPABLE.search(name) or re.match(r"Device \[?[0-9a-f]{4}", name) for name in gpus):
+        return "cannot-tell"
+    return "passthrough"
+
 
 
 # An NVSwitch is an NVIDIA PCI device of class "Bridge, other" (0680); the GPUs are 0302.

@@ -67,6 +67,8 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
         "deployer_enable_gpu": any(gpus(n) > 0 for n in cluster["nodes"]),
         "deployer_nvidia_driver_install": spec.openstack.nvidia_driver_install,
         "deployer_nvidia_driver_branch": spec.openstack.nvidia_driver_branch,
+        # passthrough | vgpu (the spec, or the flavor as the preflight read it) | auto
+        "deployer_gpu_virtualization": spec.openstack.gpu_virtualization,
         "deployer_torch_release": spec.gpu_runtime.torch,
         "deployer_torch_variant": spec.gpu_runtime.cuda,
         "deployer_monitoring_enabled": m.enabled,

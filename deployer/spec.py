@@ -87,6 +87,11 @@ class OpenStackSpec(_Strict):
     nvidia_driver_branch: int | None = Field(
         None, ge=450, le=999, description="datacenter driver branch, e.g. 535 or 580; default: the distribution's recommended one"
     )
+    gpu_virtualization: Literal["auto", "passthrough", "vgpu"] = Field(
+        "auto", description="how the flavor gives GPUs: passthrough (whole GPUs: the distribution's driver is installed) or "
+        "vgpu (the operator's licensed driver is needed); auto: read from the flavor (pci_passthrough:alias, resources:PGPU "
+        "or resources:VGPU), else the node stops and asks"
+    )
     auto_teardown: bool = Field(
         False, description="the master deletes the cluster's servers at its expiry (needs ttl), with an application credential "
         "limited to listing and deleting servers; for when this machine is off"
@@ -281,6 +286,7 @@ openstack:
   enable_gpu: false
   nvidia_driver_install: true
   # nvidia_driver_branch: 535  # datacenter driver branch; default: the distribution's recommended one
+  # gpu_virtualization: passthrough  # or vgpu; default auto: from the flavor's extra specs
   auto_teardown: false  # true (with ttl): the master deletes the servers at expiry, even with this machine off
   # admin_cidr: 203.0.113.7/32  # who may SSH to the master; default: this machine's public address
 

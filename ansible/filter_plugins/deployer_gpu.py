@@ -39,8 +39,8 @@ def gpu_virtualization(smi_q):
     return gpu_facts.virtualization(str(smi_q))
 
 
-def pci_vgpu(lspci):
-    return gpu_facts.pci_vgpu(str(lspci))
+def pci_virtualization(lspci):
+    return gpu_facts.pci_virtualization(str(lspci))
 
 
 def driver_packages(distribution, branch=None):
@@ -92,7 +92,7 @@ class FilterModule:
         return {
             "deployer_torch_choice": torch_choice,
             "deployer_gpu_virtualization": gpu_virtualization,
-            "deployer_pci_vgpu": pci_vgpu,
+            "deployer_pci_virtualization": pci_virtualization,
             "deployer_gpu_check_problems": gpu_check_problems,
             "deployer_driver_packages": driver_packages,
             "deployer_driver_utils_package": driver_utils_package,

@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PreflightError
 from .openstack_observe import others_of_the_name, own_servers
-from .openstack_quota import _quota_message, _quotas, fit, gpus_from_extra_specs, needs, net_of, own_usage
+from .openstack_quota import (
+    _quota_message,
+    _quotas,
+    fit,
+    gpu_attachment,
+    gpus_from_extra_specs,
+    needs,
+    net_of,
+    own_usage,
+)
 from .openstack_session import client_config_env, cloud_errors, connect, quiet_sdk_logs
 
 if TYPE_CHECKING:
@@ -287,6 +296,15 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
         raise PreflightError(problems[0] + extra)
 
     flavor_gpus = gpus_from_extra_specs(flavor.extra_specs)
+    attached = gpu_attachment(flavor.extra_specs)
+    if o.enable_gpu and attached:
+        # The flavor is the hypervisor's own word on how the GPUs come: recorded in the spec
+        # for the driver role, which otherwise cannot tell a whole GPU from a vGPU before a driver.
+        if o.gpu_virtualization == "auto":
+            o.gpu_virtualization = attached
+        elif o.gpu_virtualization != attached:
+            warnings.append(f"openstack.gpu_virtualization is {o.gpu_virtualization} but flavor {o.flavor!r} asks for "
+                            f"{'a vGPU (resources:VGPU)' if attached == 'vgpu' else 'whole GPUs'}: the spec's word is taken")
     if o.enable_gpu and flavor_gpus == 0:
         gpus = 1
         warnings.append(

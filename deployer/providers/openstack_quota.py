@@ -45,6 +45,17 @@ def gpus_from_extra_specs(extra_specs: Mapping[str, Any] | None) -> int:
     return max(pci, placement)
 
 
+def gpu_attachment(extra_specs: Mapping[str, Any] | None) -> str | None:
+    """How a flavor attaches its GPUs, as Nova schedules them: `resources:VGPU` is a vGPU
+    (a mediated device), `pci_passthrough:alias` or `resources:PGPU` a whole GPU; None
+    when the flavor says neither (a custom resource class can be either)."""
+    specs = {str(k): str(v) for k, v in (extra_specs or {}).items()}
+    if any(re.match(r"^resources[^:]*:VGPU$", k) and v.strip() not in ("", "0") for k, v in specs.items()):
+        return "vgpu"
+    if specs.get("pci_passthrough:alias") or any(re.match(r"^resources[^:]*:PGPU$", k) for k in specs):
+        return "passthrough"
+    return None
+
 @dataclass(frozen=True)
 class Quota:
     """One quota of the project: limit < 0 means unlimited."""

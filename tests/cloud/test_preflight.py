@@ -378,6 +378,11 @@ def test_vgpu_flavor_sets_gpus_per_node(os_env, state):
     spec = make_spec(flavor="g1.vgpu", enable_gpu=True, nodes=2)
     checked = provider.preflight(spec, state)
     assert checked.gpus_per_node == 1 and provider.tfvars(spec, state, checked)["gpus_per_node"] == 1
+    # The flavor's word on how the GPU comes, for the driver role (which cannot tell before a driver).
+    assert spec.openstack.gpu_virtualization == "vgpu"
+    told = make_spec(flavor="g1.vgpu", enable_gpu=True, nodes=2, gpu_virtualization="passthrough")
+    warnings = provider.preflight(told, state).warnings
+    assert told.openstack.gpu_virtualization == "passthrough" and any("the spec's word is taken" in w for w in warnings)
 
 
 def test_a_vgpu_server_is_scheduled_on_the_child_provider(os_env, member, admin, cluster):

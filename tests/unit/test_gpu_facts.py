@@ -29,10 +29,29 @@ def test_virtualization_unknown_without_the_section():
     assert gpu_facts.virtualization("Attached vGPUs : 1\n") == "vgpu"
 
 
-def test_vgpu_profile_in_the_pci_subsystem():
-    assert gpu_facts.pci_vgpu((FIXTURES / "lspci-vmm.vgpu-v100d-8c.txt").read_text())
-    assert not gpu_facts.pci_vgpu((FIXTURES / "lspci-vmm.passthrough-v100.txt").read_text())
-    assert not gpu_facts.pci_vgpu("")
+def test_a_vgpu_guest_and_a_whole_v100_look_alike_on_pci():
+    """The V100D-8C guest (IDs from its real nvidia-smi -q, names from Debian 12's pci.ids) and
+    a whole V100 differ only in a subsystem id pci.ids does not name: can't tell, so ask."""
+    vgpu = (FIXTURES / "lspci-vmm.vgpu-v100d-8c.txt").read_text()
+    whole = (FIXTURES / "lspci-vmm.passthrough-v100.txt").read_text()
+    assert not gpu_facts.pci_vgpu(vgpu) and not gpu_facts.pci_vgpu(whole)
+    assert gpu_facts.pci_virtualization(vgpu) == gpu_facts.pci_virtualization(whole) == "cannot-tell"
+
+
+@pytest.mark.parametrize(("lspci", "verdict"), [
+    # real `lspci -nn` lines, as published
+    ("3b:00.0 3D controller [0302]: NVIDIA Corporation GV100GL [Tesla V100 PCIe 32GB] [10de:1db6] (rev a1)\n", "cannot-tell"),
+    ((FIXTURES / "lspci-nn.hgx-a100.txt").read_text(), "cannot-tell"),
+    ("01:00.0 VGA compatible controller [0300]: NVIDIA Corporation TU106 [GeForce RTX 2060] [10de:1f08] (rev a1)\n",
+     "passthrough"),  # vGPU does not run on a GeForce: a whole GPU
+    # a GPU newer than the node's pci.ids: unnamed, so no guess
+    ("Slot:\t00:05.0\nClass:\t3D controller [0302]\nVendor:\tNVIDIA Corporation [10de]\nDevice:\tDevice [2901]\n", "cannot-tell"),
+    # a profile named in the subsystem (where a pci.ids has one)
+    ("Slot:\t00:05.0\nClass:\t3D controller [0302]\nVendor:\tNVIDIA Corporation [10de]\nDevice:\tGV100GL [1db6]\n"
+     "SDevice:\tGRID V100D-8C [1396]\n", "vgpu"),
+], ids=["v100-pcie", "hgx-a100", "geforce", "unnamed", "named-profile"])
+def test_what_pci_says_before_a_driver(lspci, verdict):
+    assert gpu_facts.pci_virtualization(lspci) == verdict
 
 
 def test_driver_packages():

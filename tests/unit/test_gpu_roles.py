@@ -79,13 +79,30 @@ def test_pass_through_is_read_from_the_driver(tmp_path, bindir):
 
 
 def test_a_vgpu_guest_without_a_driver_gets_none_installed(tmp_path, bindir):
+    """The V100D-8C guest's PCI devices, with the flavor's word (resources:VGPU, recorded by
+    the preflight as openstack.gpu_virtualization: vgpu)."""
+    if shutil.which("lspci") is None:
+        pytest.skip("lspci (pciutils) is not installed here")
+    lspci = (FIXTURES / "lspci-vmm.vgpu-v100d-8c.txt").read_text()
+    stand_in(bindir, "lspci", f"sys.stdout.write({lspci!r})")
+    r = run_playbook(tmp_path, DRIVER_PLAY, local_inventory(deployer_gpu_virtualization="vgpu"), "--check")
+    assert r.returncode != 0
+    assert "is an NVIDIA vGPU guest" in r.stdout and "none is installed" in r.stdout, r.stdout
+    assert "Install the driver packages" not in r.stdout and "Keep nouveau" not in r.stdout
+
+
+def test_without_the_flavors_or_the_specs_word_a_datacenter_gpu_stops_and_asks(tmp_path, bindir):
+    """The same guest with a flavor that says neither: PCI cannot tell a vGPU from a whole
+    V100, so nothing is installed and the spec flag is named (before, a distribution driver
+    went into the vGPU guest)."""
     if shutil.which("lspci") is None:
         pytest.skip("lspci (pciutils) is not installed here")
     lspci = (FIXTURES / "lspci-vmm.vgpu-v100d-8c.txt").read_text()
     stand_in(bindir, "lspci", f"sys.stdout.write({lspci!r})")
     r = run_playbook(tmp_path, DRIVER_PLAY, local_inventory(), "--check")
     assert r.returncode != 0
-    assert "is an NVIDIA vGPU guest" in r.stdout and "none is installed" in r.stdout, r.stdout
+    assert "horovod-master: cannot tell before a driver whether its GPU (GV100GL [Tesla V100 PCIe 32GB] [1db6])" in r.stdout, r.stdout
+    assert "Set openstack.gpu_virtualization: passthrough" in r.stdout
     assert "Install the driver packages" not in r.stdout and "Keep nouveau" not in r.stdout
 
 

@@ -240,3 +240,15 @@ def test_fit_reports_largest():
     r = quota.fit(q, want, 8)
     assert not r.ok and r.largest_new == 4
     assert quota.fit(q, want, 4).ok
+
+
+@pytest.mark.parametrize(("extra_specs", "attached"), [
+    ({"resources:VGPU": "1"}, "vgpu"),
+    ({"resources1:VGPU": "1", "trait:CUSTOM_NVIDIA_11": "required"}, "vgpu"),
+    ({"pci_passthrough:alias": "V100:1"}, "passthrough"),
+    ({"resources:PGPU": "2"}, "passthrough"),
+    ({"resources:CUSTOM_NVIDIA_GPU": "1"}, None),  # a custom class can be either: the node asks
+    ({}, None),
+])
+def test_how_a_flavor_attaches_its_gpus(extra_specs, attached):
+    assert quota.gpu_attachment(extra_specs) == attached
