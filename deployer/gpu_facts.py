@@ -122,6 +122,14 @@ def fabric_states(smi_q: str) -> list[tuple[str, str]]:
     return _FABRIC.findall(smi_q)
 
 
+def fabric_ready(smi_q: str) -> bool:
+    """Every GPU that reports a fabric state has it trained. NVML reports it on Hopper and
+    newer; an A100 board says N/A (or older drivers print no Fabric section): there the
+    running Fabric Manager is the evidence, and gpu_check's CUDA operation the proof."""
+    reported = [(state, status) for state, status in fabric_states(smi_q) if state != "N/A"]
+    return all(state == "Completed" and status == "Success" for state, status in reported)
+
+
 def check_problems(host: str, record: dict[str, Any], choice: dict[str, Any]) -> list[str]:
     """What is wrong with a GPU node after the runtime is installed, one line per cause.
 
@@ -195,14 +203,17 @@ def kernel_packages(kernel: str, architecture: str, running_headers_available: b
     """What DKMS needs to build the module for the kernel the node will run (Debian).
 
     The running kernel's own headers (linux-headers-$(uname -r)) while the archive still
-    has them; a flavour's metapackage would bring the newest kernel's instead, and no
-    module for the running one. Once they are gone (an image older than the archive's
+    has them (the flavour's metapackage alone brings the newest kernel's instead, and no
+    module for the running one), with the flavour's. Once they are gone (an image older than the archive's
     kernel), the flavour's kernel and headers are upgraded together, and the reboot the
     driver needs starts the kernel the module was built for. upgrade: apt must upgrade
     them (state latest), not only install."""
-    if running_headers_available:
-        return {"packages": [f"linux-headers-{kernel}"], "upgrade": False}
     flavour = kernel_flavour(kernel, architecture)
+    if running_headers_available:
+        # The flavour's headers too: a newer kernel already installed (unattended-upgrades on
+        # first boot) is the one the driver's reboot starts, and DKMS builds for every
+        # installed kernel whose headers are there.
+        return {"packages": [f"linux-headers-{kernel}", f"linux-headers-{flavour}"], "upgrade": False}
     return {"packages": [f"linux-image-{flavour}", f"linux-headers-{flavour}"], "upgrade": True}
 
 

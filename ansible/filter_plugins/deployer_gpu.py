@@ -74,9 +74,7 @@ def fabricmanager_unavailable(distribution):
 
 
 def fabric_ready(smi_q):
-    """Every GPU's fabric trained (True), from nvidia-smi -q; False while any is not."""
-    states = gpu_facts.fabric_states(str(smi_q))
-    return bool(states) and all(state == "Completed" and status == "Success" for state, status in states)
+    return gpu_facts.fabric_ready(str(smi_q))
 
 
 def driver_utils_package(dpkg_list):

@@ -52,9 +52,11 @@ def gpu_attachment(extra_specs: Mapping[str, Any] | None) -> str | None:
     specs = {str(k): str(v) for k, v in (extra_specs or {}).items()}
     if any(re.match(r"^resources[^:]*:VGPU$", k) and v.strip() not in ("", "0") for k, v in specs.items()):
         return "vgpu"
-    if specs.get("pci_passthrough:alias") or any(re.match(r"^resources[^:]*:PGPU$", k) for k in specs):
+    if specs.get("pci_passthrough:alias") or any(re.match(r"^resources[^:]*:PGPU$", k) and v.strip() not in ("", "0")
+                                                 for k, v in specs.items()):
         return "passthrough"
     return None
+
 
 @dataclass(frozen=True)
 class Quota:

@@ -70,7 +70,7 @@ def test_driver_packages():
 
 
 @pytest.mark.parametrize(("kernel", "arch", "available", "packages", "upgrade"), [
-    ("6.1.0-28-cloud-amd64", "x86_64", True, ["linux-headers-6.1.0-28-cloud-amd64"], False),
+    ("6.1.0-28-cloud-amd64", "x86_64", True, ["linux-headers-6.1.0-28-cloud-amd64", "linux-headers-cloud-amd64"], False),
     ("6.1.0-28-cloud-amd64", "x86_64", False, ["linux-image-cloud-amd64", "linux-headers-cloud-amd64"], True),
     ("6.1.0-28-amd64", "x86_64", False, ["linux-image-amd64", "linux-headers-amd64"], True),
     ("6.1.0-28-arm64", "aarch64", False, ["linux-image-arm64", "linux-headers-arm64"], True),  # GH200: never -amd64
@@ -147,5 +147,18 @@ def test_fabric_manager_matches_the_drivers_branch():
 
 
 def test_the_fabric_state_from_real_nvidia_smi_recordings():
-    assert gpu_facts.fabric_states((FIXTURES / "nvidia-smi-q-fabric.in-progress.txt").read_text()) == [("In Progress", "N/A")]
-    assert gpu_facts.fabric_states((FIXTURES / "nvidia-smi-q-fabric.completed.txt").read_text()) == [("Completed", "Success")]
+    in_progress = (FIXTURES / "nvidia-smi-q-fabric.in-progress.txt").read_text()
+    completed = (FIXTURES / "nvidia-smi-q-fabric.completed.txt").read_text()
+    assert gpu_facts.fabric_states(in_progress) == [("In Progress", "N/A")]
+    assert gpu_facts.fabric_states(completed) == [("Completed", "Success")]
+    assert not gpu_facts.fabric_ready(in_progress) and gpu_facts.fabric_ready(completed)
+    assert not gpu_facts.fabric_ready(completed + in_progress), "every GPU that reports must be trained"
+
+
+def test_a_gpu_that_reports_no_fabric_state_does_not_block():
+    """NVML reports the fabric on Hopper and newer; other GPUs print N/A (as recorded on
+    V100 and A40 nodes), older drivers no section: the running Fabric Manager and
+    gpu_check's CUDA operation are the evidence there."""
+    na = "    Fabric\n        State                             : N/A\n        Status                            : N/A\n"
+    assert gpu_facts.fabric_states(na) == [("N/A", "N/A")]
+    assert gpu_facts.fabric_ready(na) and gpu_facts.fabric_ready("")

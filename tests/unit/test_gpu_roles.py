@@ -64,7 +64,15 @@ def local_inventory(**group_vars) -> dict:
 DRIVER_PLAY = "---\n- name: NVIDIA driver\n  hosts: gpu\n  gather_facts: true\n  roles:\n    - nvidia_driver\n"
 
 
+def lspci_prints(bindir: Path, fixture: str) -> None:
+    if shutil.which("lspci") is None:
+        pytest.skip("lspci (pciutils) is not installed here")
+    text = (FIXTURES / fixture).read_text()
+    stand_in(bindir, "lspci", f"sys.stdout.write({text!r})")
+
+
 def test_a_working_vgpu_guest_driver_is_left_alone(tmp_path, bindir):
+    lspci_prints(bindir, "lspci-vmm.vgpu-v100d-8c.txt")
     nvidia_smi(bindir, "GRID V100D-8C, 535.216.01\n", "nvidia-smi-q.vgpu-v100d-8c.txt")
     r = run_playbook(tmp_path, DRIVER_PLAY, local_inventory(), "--check")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -73,6 +81,7 @@ def test_a_working_vgpu_guest_driver_is_left_alone(tmp_path, bindir):
 
 
 def test_pass_through_is_read_from_the_driver(tmp_path, bindir):
+    lspci_prints(bindir, "lspci-vmm.passthrough-v100.txt")
     nvidia_smi(bindir, "NVIDIA GH200 480GB, 550.127.05\n", "nvidia-smi-q.passthrough-gh200.txt")
     r = run_playbook(tmp_path, DRIVER_PLAY, local_inventory(), "--check")
     assert r.returncode == 0 and "driver present (pass-through)" in r.stdout, r.stdout + r.stderr
@@ -110,7 +119,7 @@ PENDING_PLAY = """\
 ---
 - name: Pending reboot
   hosts: gpu
-  gather_facts: false
+  gather_facts: true
   tasks:
     - name: Tell
       ansible.builtin.include_role:
@@ -119,13 +128,14 @@ PENDING_PLAY = """\
 """
 
 
-@pytest.mark.parametrize(("installed", "loaded", "reboots"), [
-    ("535.216.01", None, True),  # installed by a run interrupted before its reboot: nothing to install now, still a reboot
-    ("535.216.01", "470.256.02", True),  # a new branch over a running old one
-    ("535.216.01", "535.216.01", False),  # runs what is installed
-    (None, None, False),  # no module for this kernel: nothing a reboot would load
-], ids=["interrupted-run", "other-version-loaded", "running", "none-installed"])
-def test_a_pending_reboot_is_read_from_the_modules_not_from_apt(tmp_path, bindir, installed, loaded, reboots):
+@pytest.mark.parametrize(("installed", "loaded", "other_kernel", "reboots"), [
+    ("535.216.01", None, False, True),  # installed by a run interrupted before its reboot: nothing to install now, still a reboot
+    ("535.216.01", "470.256.02", False, True),  # a new branch over a running old one
+    ("535.216.01", "535.216.01", False, False),  # runs what is installed
+    (None, None, True, True),  # built only for an upgraded kernel (the running one's headers were gone)
+    (None, None, False, False),  # no module anywhere: nothing a reboot would load
+], ids=["interrupted-run", "other-version-loaded", "running", "newer-kernel-only", "none-installed"])
+def test_a_pending_reboot_is_read_from_the_modules_not_from_apt(tmp_path, bindir, installed, loaded, other_kernel, reboots):
     """The reboot is ordered when the installed module is not the loaded one, whatever apt
     did in this run (the handlers are notified; nvidia_driver_reboot: false keeps them from
     rebooting this machine)."""
@@ -133,26 +143,42 @@ def test_a_pending_reboot_is_read_from_the_modules_not_from_apt(tmp_path, bindir
     version_file = tmp_path / "nvidia-version"
     if loaded:
         version_file.write_text(loaded + "\n")
-    inv = local_inventory(nvidia_driver_reboot=False, nvidia_driver_loaded_version_file=str(version_file))
+    modules = tmp_path / "modules"
+    (modules / "6.1.0-99-cloud-amd64" / "kernel").mkdir(parents=True)
+    if other_kernel:
+        (modules / "6.1.0-99-cloud-amd64" / "updates" / "dkms").mkdir(parents=True)
+        (modules / "6.1.0-99-cloud-amd64" / "updates" / "dkms" / "nvidia.ko.xz").write_bytes(b"")
+    inv = local_inventory(nvidia_driver_reboot=False, nvidia_driver_loaded_version_file=str(version_file),
+                          nvidia_driver_modules_root=str(modules))
     r = run_playbook(tmp_path, PENDING_PLAY, inv)
     assert r.returncode == 0, r.stdout + r.stderr
     assert ("RUNNING HANDLER [nvidia_driver : Reboot the master for the NVIDIA driver]" in r.stdout) is reboots, r.stdout
-    if reboots:
+    if reboots and installed:
         assert f"NVIDIA module {installed} is installed, {loaded or 'none'} is loaded: a reboot loads it" in r.stdout
+    elif reboots:
+        assert "the NVIDIA module is built for kernel 6.1.0-99-cloud-amd64, not the running" in r.stdout, r.stdout
 
 
 def test_an_nvswitch_node_on_debian_stops_before_any_install(tmp_path, bindir):
     """This machine is Debian 12, whose archive has no Fabric Manager: an HGX board (the real
     A100 recording) stops the role with the fix named, before the driver is installed."""
-    if shutil.which("lspci") is None:
-        pytest.skip("lspci (pciutils) is not installed here")
     stand_in(bindir, "nvidia-smi", "print('NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'); sys.exit(9)")
-    lspci = (FIXTURES / "lspci-nn.hgx-a100.txt").read_text()
-    stand_in(bindir, "lspci", f"sys.stdout.write({lspci!r})")
+    lspci_prints(bindir, "lspci-nn.hgx-a100.txt")
     r = run_playbook(tmp_path, DRIVER_PLAY, local_inventory(), "--check")
     assert r.returncode != 0
     assert "horovod-master (6 NVSwitches): this node has NVSwitches and needs NVIDIA Fabric Manager" in r.stdout, r.stdout
     assert "Install the driver packages" not in r.stdout and "Keep nouveau" not in r.stdout
+
+
+def test_a_working_driver_on_an_nvswitch_board_without_fabric_manager_is_named(tmp_path, bindir):
+    """An image that brings its own driver to an HGX flavor: nvidia-smi works, CUDA would
+    not (no Fabric Manager); the role says so instead of leaving the node as fine."""
+    lspci_prints(bindir, "lspci-nn.hgx-a100.txt")
+    nvidia_smi(bindir, "NVIDIA A100-SXM4-80GB, 535.183.01\n", "nvidia-smi-q.passthrough-gh200.txt")
+    inv = local_inventory(nvidia_driver_fabricmanager_binary=str(tmp_path / "no-nv-fabricmanager"))
+    r = run_playbook(tmp_path, DRIVER_PLAY, inv, "--check")
+    assert r.returncode != 0
+    assert "horovod-master has 6 NVSwitches and no Fabric Manager" in r.stdout, r.stdout
 
 
 FABRIC_PLAY = """\
@@ -175,7 +201,8 @@ def test_an_nvswitch_node_waits_for_its_fabric_and_names_the_cause(tmp_path, bin
     fabric: the role goes on only once it is trained, and otherwise stops naming the node."""
     nvidia_smi(bindir, "", fixture)
     inv = local_inventory(nvidia_driver_fabricmanager_service=False, nvidia_driver_fabric_retries=1,
-                          nvidia_driver_fabric_delay=0, nvidia_driver_nvswitches=6)
+                          nvidia_driver_fabric_delay=0, nvidia_driver_nvswitches=6,
+                          nvidia_driver_fabricmanager_binary=sys.executable)  # "installed"
     r = run_playbook(tmp_path, FABRIC_PLAY, inv)
     assert (r.returncode == 0) is ok, r.stdout + r.stderr
     if ok:
