@@ -59,6 +59,7 @@ def test_driver_packages_resolve_on_debian_12(local_cluster, tmp_path, branch, e
     assert not result.failures, result.failures
     answer = json.loads(out.read_text())
     assert answer["packages"][:3] == expect
+    sim = answer["apt"]["stdout"]
     # The containers run this host's kernel: its own headers where the archive has them (a
     # Debian kernel), else (this CI machine's kernel is not Debian's) the kernel and its
     # headers upgraded together, simulated, before the driver.
@@ -70,7 +71,6 @@ def test_driver_packages_resolve_on_debian_12(local_cluster, tmp_path, branch, e
     else:
         assert answer["kernel"] == {"packages": ["linux-image-amd64", "linux-headers-amd64"], "upgrade": True}
         assert "Inst linux-headers-" in answer["kernel_apt"]["stdout"] and "Inst linux-image-" in answer["kernel_apt"]["stdout"]
-    sim = answer["apt"]["stdout"]
     for package in expect:
         assert f"Inst {package} " in sim, sim[-2000:]  # apt resolved it, dependencies and all
     assert answer["apt"]["changed"]  # would install; nothing was
