@@ -159,6 +159,17 @@ def test_a_pending_reboot_is_read_from_the_modules_not_from_apt(tmp_path, bindir
         assert "the NVIDIA module is built for kernel 6.1.0-99-cloud-amd64, not the running" in r.stdout, r.stdout
 
 
+def test_a_hung_driver_is_named_not_waited_for(tmp_path, bindir):
+    """nvidia-smi that never answers (a wedged driver): the node is named within the limit,
+    and nothing is installed over the driver."""
+    lspci_prints(bindir, "lspci-vmm.passthrough-v100.txt")
+    stand_in(bindir, "nvidia-smi", "import time; time.sleep(120)")
+    r = run_playbook(tmp_path, DRIVER_PLAY, local_inventory(nvidia_driver_smi_timeout_s=2), "--check")
+    assert r.returncode != 0
+    assert "nvidia-smi did not answer in 2 s on horovod-master: a driver is loaded but hangs" in r.stdout, r.stdout
+    assert "Install the driver packages" not in r.stdout
+
+
 def test_an_nvswitch_node_on_debian_stops_before_any_install(tmp_path, bindir):
     """This machine is Debian 12, whose archive has no Fabric Manager: an HGX board (the real
     A100 recording) stops the role with the fix named, before the driver is installed."""
