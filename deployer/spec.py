@@ -56,7 +56,7 @@ class MonitoringSpec(_Strict):
     """Prometheus, exporters, Pushgateway and Grafana on the master."""
 
     enabled: bool = True
-    expose: bool = Field(False, description="reachable from allowed_cidrs, not only through `deployer dashboard`")
+    expose: bool = Field(False, description="Grafana (HTTPS) reachable from allowed_cidrs; Prometheus never: `deployer dashboard`")
     allowed_cidrs: list[ipaddress.IPv4Network] = Field(default_factory=list)
     retention: str = Field("15d", pattern=r"^[0-9]+(h|d|w|y)$")
     grafana: bool = True
@@ -261,7 +261,7 @@ shared_dir: /shared   # NFS on OpenStack, a host bind mount locally
 
 monitoring:
   enabled: true       # or `monitoring: false` to deploy none of it
-  expose: false       # true: reachable from allowed_cidrs (else only via `deployer dashboard`)
+  expose: false       # true (OpenStack): Grafana over HTTPS from allowed_cidrs; Prometheus only via `deployer dashboard`
   allowed_cidrs: []   # e.g. [203.0.113.0/24]
   retention: 15d
   grafana: true       # the Grafana server runs on OpenStack only (no package source locally)
