@@ -41,7 +41,8 @@ class Login:
     password: str
 
 
-def _write_secret(path: Path, data: bytes) -> None:
+def write_secret(path: Path, data: bytes) -> None:
+    """A secret file, 0600 in a 0700 dir, written whole or not at all."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -58,8 +59,8 @@ def make_pushgateway_login(secrets_dir: Path) -> Login:
         import bcrypt
 
         password = secrets.token_hex(16)
-        _write_secret(hash_file, bcrypt.hashpw(password.encode(), bcrypt.gensalt()))
-        _write_secret(password_file, password.encode())
+        write_secret(hash_file, bcrypt.hashpw(password.encode(), bcrypt.gensalt()))
+        write_secret(password_file, password.encode())
     return Login(PUSHGATEWAY_USER, password_file.read_text().strip())
 
 
@@ -98,9 +99,9 @@ def grafana_certificate(secrets_dir: Path, host: str) -> str:
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(key, hashes.SHA256())
     )
-    _write_secret(key_file, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    write_secret(key_file, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                               serialization.NoEncryption()))
-    _write_secret(cert_file, cert.public_bytes(serialization.Encoding.PEM))
+    write_secret(cert_file, cert.public_bytes(serialization.Encoding.PEM))
     return fingerprint(cert)
 
 

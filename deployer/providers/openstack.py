@@ -8,11 +8,11 @@ keeps openstacksdk out of import time (openstack_preflight imports it lazily).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import terraform, ui
+from ..credentials import write_secret
 from ..errors import OperationFailed
 from .base import Observation, Repair
 
@@ -152,7 +152,7 @@ class OpenStackProvider:
             if not appcred.needs_new(record, life["expires_at"], server_ids):
                 return None
             made = appcred.create(env, spec.name, life["expires_at"], server_ids)
-            _write_secret(teardown_credential_file(state), made)
+            write_secret(teardown_credential_file(state), json.dumps(made, indent=2).encode())
             if record:
                 appcred.revoke(env, record)
             return (f"teardown credential {made['name']}: the master deletes these {len(server_ids)} servers at expiry "
@@ -219,10 +219,3 @@ def teardown_credential_file(state: ClusterState) -> Path:
 def read_teardown_credential(state: ClusterState) -> dict[str, Any] | None:
     path = teardown_credential_file(state)
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def _write_secret(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)

@@ -53,22 +53,28 @@ def server_id_of(server: Any) -> str:
     return (server.metadata or {}).get(CLUSTER_ID_KEY) or LEGACY
 
 
+def carrying(servers: list[Any], cluster_id: str | None) -> list[Any]:
+    """Those of `servers` that carry `cluster_id`; None (a cluster that has made nothing
+    yet) owns none."""
+    return [s for s in servers if cluster_id and server_id_of(s) == cluster_id]
+
+
 def own_servers(conn: Any, cluster: str, cluster_id: str | None) -> list[Any]:
-    """This cluster's servers: named as its nodes and carrying its id; None (a cluster
-    that has made nothing yet) owns none."""
-    return [s for s in named_servers(conn, cluster) if cluster_id and server_id_of(s) == cluster_id]
+    """This cluster's servers: named as its nodes and carrying its id."""
+    return carrying(named_servers(conn, cluster), cluster_id)
 
 
-def others_of_the_name(conn: Any, cluster: str, cluster_id: str | None) -> dict[str, list[str]]:
+def others_of_the_name(conn: Any, cluster: str, cluster_id: str | None, named: list[Any]) -> dict[str, list[str]]:
     """Another deployer cluster of the same name in the project: its id -> what of it was
-    found (servers by their metadata, networks by the name tag: a half-made cluster has one)."""
+    found (among `named`, the servers named_servers listed, by their metadata; networks
+    by the name tag: a half-made cluster has one)."""
     found: dict[str, list[str]] = {}
 
-    def note(their_id: str | None, what: str) -> None:
+    def note(their_id: str, what: str) -> None:
         if their_id != cluster_id:
-            found.setdefault(their_id or "none", []).append(what)
+            found.setdefault(their_id, []).append(what)
 
-    for s in named_servers(conn, cluster):
+    for s in named:
         note(server_id_of(s), f"server {s.name}")
     for n in conn.network.networks(tags=name_tag(cluster)):
         note(next((t.removeprefix(ID_TAG) for t in n.tags or [] if t.startswith(ID_TAG)), LEGACY), f"network {n.name}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PreflightError
-from .openstack_observe import others_of_the_name, own_servers
+from .openstack_observe import carrying, named_servers, others_of_the_name
 from .openstack_quota import (
     _quota_message,
     _quotas,
@@ -259,8 +259,9 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
                 )
 
     with cloud_errors(conn, "listing the cluster's servers"):
-        others = others_of_the_name(conn, spec.name, cluster_id)
-        own = own_servers(conn, spec.name, cluster_id)
+        named = named_servers(conn, spec.name)  # one listing for both questions
+        others = others_of_the_name(conn, spec.name, cluster_id, named)
+        own = carrying(named, cluster_id)
     if others:
         # Checked first and alone: every other finding would be about a cluster this run must not touch.
         theirs = "; ".join(f"id {their_id}: {', '.join(what[:3])}{', …' if len(what) > 3 else ''}"
