@@ -2,7 +2,8 @@
 
 What cannot run in a container here, and so never runs locally: kernel NFS (the
 shared dir is a host bind mount instead), NVIDIA drivers and GPUs, and the Grafana
-server (no package source for it). Their roles run on OpenStack.
+server (no package source for it). Their roles run on OpenStack (and the NFS roles on
+the tests' emulated VMs, tests/vm).
 """
 
 from __future__ import annotations

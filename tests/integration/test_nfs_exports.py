@@ -1,7 +1,7 @@
 """The NFS server role's export on a real Debian 12 node: the package installs, the
 exports directory is made and the export written, as far as a container allows (the
 kernel here has no nfsd, so the server itself is not started; the whole role with a
-volume runs on the emulated VMs of a later harness and on OpenStack).
+volume runs on the emulated VMs of tests/vm and on OpenStack).
 
 On the code before the fix the template task failed: Debian's nfs-kernel-server ships no
 /etc/exports.d and Ansible's template module makes no parent directory.

@@ -1,10 +1,10 @@
 """The OpenStack-only roles (nfs_server, nfs_client, nvidia_driver) without a cloud.
 
-Kernel NFS and NVIDIA drivers never run on this machine (docs/architecture.md), so these check
-what can be checked here: playbook syntax, ansible-lint's production profile when it
-is installed, defaults against meta/argument_specs.yml, the templates rendered by
-Ansible itself, and nvidia_driver's skip paths run for real (check mode) on this
-machine, which has no NVIDIA device.
+NVIDIA drivers never run on this machine, and kernel NFS only on the emulated VMs of
+tests/vm (`make vm-tests`), so these check what can be checked in seconds: playbook
+syntax, ansible-lint's production profile when it is installed, defaults against
+meta/argument_specs.yml, the templates rendered by Ansible itself, and nvidia_driver's
+skip paths run for real (check mode) on this machine, which has no NVIDIA device.
 """
 
 from __future__ import annotations
