@@ -36,8 +36,8 @@ from typing import Any, Protocol
 from deployer import bench_report, ui
 from deployer.bench_failure import diagnose, untag
 from deployer.bench_progress import RunProgress, SweepProgress
+from deployer.cluster import Cluster, Node
 from deployer.errors import OperationFailed, UsageError
-from deployer.nodes import gpus, rank_nodes, slots
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 MODES = ("dp", "ensemble")
@@ -131,12 +131,12 @@ def size_bytes(text: str) -> int:
     return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
 
 
-def has_gpus(cluster: dict[str, Any]) -> bool:
+def has_gpus(cluster: Cluster) -> bool:
     """GPU nodes in the cluster: the benchmarks then run on CUDA with NCCL, else on CPUs with gloo."""
-    return any(gpus(n) > 0 for n in cluster["nodes"])
+    return cluster.has_gpus
 
 
-def choose_profile(cluster: dict[str, Any], profile: str | None) -> tuple[str, str]:
+def choose_profile(cluster: Cluster, profile: str | None) -> tuple[str, str]:
     """The profile to run and why: the one asked for, else by the hardware."""
     if profile is not None:
         if profile not in PROFILES:
@@ -154,7 +154,7 @@ def choose_profile(cluster: dict[str, Any], profile: str | None) -> tuple[str, s
 GPU_DEFAULTS = ("amp", "channels_last")
 
 
-def gpu_defaults(cluster: dict[str, Any], asked: dict[str, bool | None]) -> tuple[dict[str, bool], tuple[str, ...]]:
+def gpu_defaults(cluster: Cluster, asked: dict[str, bool | None]) -> tuple[dict[str, bool], tuple[str, ...]]:
     """amp and channels_last: what was asked for (True/False), else on with GPU nodes and off
     on CPU-only ones. Returns the values and the names chosen automatically."""
     on = has_gpus(cluster)
@@ -162,7 +162,7 @@ def gpu_defaults(cluster: dict[str, Any], asked: dict[str, bool | None]) -> tupl
     return values, tuple(k for k in GPU_DEFAULTS if asked.get(k) is None)
 
 
-def threads_per_rank(cluster: dict[str, Any], counts: tuple[int, ...]) -> int | None:
+def threads_per_rank(cluster: Cluster, counts: tuple[int, ...]) -> int | None:
     """Torch threads per rank so that the largest run does not oversubscribe the CPUs.
 
     Nodes that share one machine's cores (the cluster output's `shared_cpus`: local
@@ -170,32 +170,32 @@ def threads_per_rank(cluster: dict[str, Any], counts: tuple[int, ...]) -> int | 
     N x cores threads. The same count is used at every N, so E(N) compares like with
     like. None where every node has its own CPUs (the benchmark sizes itself).
     """
-    shared = cluster.get("shared_cpus")
+    shared = cluster.shared_cpus
     if not shared:
         return None
-    ranks = len(rank_nodes(cluster, max(counts)))
+    ranks = len(cluster.rank_nodes(max(counts)))
     return max(1, int(shared) // ranks)
 
 
-def cpu_sharing(cluster: dict[str, Any], opts: "BenchOptions") -> dict[str, Any] | None:
+def cpu_sharing(cluster: Cluster, opts: "BenchOptions") -> dict[str, Any] | None:
     """For the report: nodes share cores, so E(N) cannot pass cores / (ranks x threads)."""
-    shared = cluster.get("shared_cpus")
+    shared = cluster.shared_cpus
     if not shared or not opts.threads:
         return None
     ceiling = {}
     for n in opts.nodes:
-        ranks = len(rank_nodes(cluster, n))
+        ranks = len(cluster.rank_nodes(n))
         ceiling[str(n)] = round(min(1.0, int(shared) / (ranks * opts.threads)), 3)
     return {"shared_cpus": int(shared), "threads_per_rank": opts.threads, "efficiency_ceiling": ceiling}
 
 
-def make_options(cluster: dict[str, Any], *, nodes: str | None = None, profile: str | None = None, **flags: Any) -> BenchOptions:
+def make_options(cluster: Cluster, *, nodes: str | None = None, profile: str | None = None, **flags: Any) -> BenchOptions:
     """Validate the bench flags against the cluster before anything runs (UsageError, exit 2).
     Flags left None take the profile's value; the profile is chosen by the hardware
     unless named."""
     name, why = choose_profile(cluster, profile)
     given = {k: v for k, v in flags.items() if v is not None}
-    counts = parse_node_counts(nodes, len(cluster["nodes"]))
+    counts = parse_node_counts(nodes, len(cluster.nodes))
     chosen, auto = gpu_defaults(cluster, {k: flags.get(k) for k in GPU_DEFAULTS})
     merged = {**PROFILES[name], **given, **chosen, "auto_flags": auto, "profile": name, "profile_reason": why}
     if "threads" not in given:
@@ -226,35 +226,35 @@ def make_options(cluster: dict[str, Any], *, nodes: str | None = None, profile: 
 
 
 # --- the remote commands: each one string a user could type on the master ---------
-def run_dir(cluster: dict[str, Any], run_id: str) -> str:
-    return f"{cluster['shared_dir']}/bench/{run_id}"
+def run_dir(cluster: Cluster, run_id: str) -> str:
+    return f"{cluster.shared_dir}/bench/{run_id}"
 
 
-def hostfiles_cmd(cluster: dict[str, Any], run_id: str, counts: tuple[int, ...]) -> str:
+def hostfiles_cmd(cluster: Cluster, run_id: str, counts: tuple[int, ...]) -> str:
     d = run_dir(cluster, run_id)
     return (f"mkdir -p {d} && for n in {' '.join(map(str, counts))}; do "
-            f"head -n $n {cluster['shared_dir']}/hostfile > {d}/hostfile.$n; done")
+            f"head -n $n {cluster.shared_dir}/hostfile > {d}/hostfile.$n; done")
 
 
 NCCL_DEBUG = "WARN"
 
 
-def nccl_log_pattern(cluster: dict[str, Any], run_id: str) -> str:
+def nccl_log_pattern(cluster: Cluster, run_id: str) -> str:
     """Where every rank of a GPU run writes NCCL's warnings: the run dir on the shared
     storage, one file per process (NCCL expands %h to the host, %p to the pid)."""
     return f"{run_dir(cluster, run_id)}/nccl.%h.%p.log"
 
 
-def nccl_env(cluster: dict[str, Any], run_id: str) -> dict[str, str]:
+def nccl_env(cluster: Cluster, run_id: str) -> dict[str, str]:
     """NCCL_DEBUG / NCCL_DEBUG_FILE for the runs on GPU nodes; none on CPU nodes (gloo)."""
     if not has_gpus(cluster):
         return {}
     return {"NCCL_DEBUG": NCCL_DEBUG, "NCCL_DEBUG_FILE": nccl_log_pattern(cluster, run_id)}
 
 
-def mpirun_cmd(cluster: dict[str, Any], run_id: str, n: int, timeout_s: int, script: str, args: list[str]) -> str:
-    np_ = len(rank_nodes(cluster, n))
-    root = " --allow-run-as-root" if cluster["ssh_user"] == "root" else ""
+def mpirun_cmd(cluster: Cluster, run_id: str, n: int, timeout_s: int, script: str, args: list[str]) -> str:
+    np_ = len(cluster.rank_nodes(n))
+    root = " --allow-run-as-root" if cluster.ssh_user == "root" else ""
     # why these flags: --bind-to none lets torch use every core of a node (Open MPI
     # binds to one core by default for np <= 2); -x carries the login shell's PATH
     # (the training env's python) and the socket interface to every rank; an unset
@@ -265,7 +265,7 @@ def mpirun_cmd(cluster: dict[str, Any], run_id: str, n: int, timeout_s: int, scr
     nccl = "".join(f" -x {k}={v}" for k, v in nccl_env(cluster, run_id).items())
     return (f"timeout --kill-after=30 {timeout_s} mpirun{root} --tag-output --hostfile {run_dir(cluster, run_id)}/hostfile.{n}"
             f" -np {np_} --map-by slot --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME{nccl}"
-            f" python {cluster['shared_dir']}/benchmarks/{script} " + " ".join(args))
+            f" python {cluster.shared_dir}/benchmarks/{script} " + " ".join(args))
 
 
 # --- --via slurm: one sbatch job per run -------------------------------------------
@@ -274,20 +274,20 @@ def job_name(run_id: str) -> str:
     return f"deployer-bench-{run_id}"
 
 
-def sbatch_script(cluster: dict[str, Any], run_id: str, n: int, timeout_s: int, name: str, script: str, args: list[str]) -> str:
+def sbatch_script(cluster: Cluster, run_id: str, n: int, timeout_s: int, name: str, script: str, args: list[str]) -> str:
     """The batch script of one run: the same benchmark command mpirun_cmd starts, as an sbatch
     job a user can copy. The cluster's nodes are alike (one flavor), so the first node's GPU
     count is every node's: one task per GPU, one per node on CPU nodes (the hostfile's rule)."""
     d = run_dir(cluster, run_id)
-    node = cluster["nodes"][0]
+    node = cluster.master
     lines = [
         # a login shell: the training venv and gloo/NCCL settings from /etc/profile.d, as on the master
         "#!/bin/bash -l",
         f"# deployer bench {run_id}: {name} on {n} node(s); a template for your own jobs (docs/slurm.md)",
         f"#SBATCH --job-name={job_name(run_id)}",
         f"#SBATCH --nodes={n}",
-        f"#SBATCH --ntasks-per-node={slots(node)}",
-        *([f"#SBATCH --gpus-per-node={gpus(node)}"] if gpus(node) else []),
+        f"#SBATCH --ntasks-per-node={node.slots}",
+        *([f"#SBATCH --gpus-per-node={node.gpus}"] if node.gpus else []),
         # whole nodes, as the mpirun path has them: without it the job gets one core per task
         "#SBATCH --exclusive",
         f"#SBATCH --time={math.ceil(timeout_s / 60)}",
@@ -297,20 +297,20 @@ def sbatch_script(cluster: dict[str, Any], run_id: str, n: int, timeout_s: int, 
         # --cpu-bind=none as mpirun's --bind-to none (torch uses every core); --kill-on-bad-exit:
         # one dead rank ends the step, the rest do not hang. No --label: with it srun cuts lines
         # at 1024 bytes (Slurm 22.05), and rank 0's JSON record is longer
-        f"srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 python {cluster['shared_dir']}/benchmarks/{script} "
+        f"srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 python {cluster.shared_dir}/benchmarks/{script} "
         + " ".join(args),
     ]
     return "\n".join(lines) + "\n"
 
 
-def submit_cmd(cluster: dict[str, Any], run_id: str, name: str, job_script: str, queue_timeout_s: int) -> str:
+def submit_cmd(cluster: Cluster, run_id: str, name: str, job_script: str, queue_timeout_s: int) -> str:
     """Write the job script into the run dir on the master, submit it and follow it there."""
     path = f"{run_dir(cluster, run_id)}/{name}.sbatch"
     return (f"cat > {path} <<'EOF_SBATCH'\n{job_script}EOF_SBATCH\n"
-            f"python {cluster['shared_dir']}/benchmarks/slurm_job.py --queue-timeout {queue_timeout_s} {path}")
+            f"python {cluster.shared_dir}/benchmarks/slurm_job.py --queue-timeout {queue_timeout_s} {path}")
 
 
-def stop_cmd(cluster: dict[str, Any], run_id: str, opts: Launch) -> str:
+def stop_cmd(cluster: Cluster, run_id: str, opts: Launch) -> str:
     """What leaves no rank running after a failed or interrupted run: under Slurm, cancel
     this bench's jobs (killing by process name could hit other users' jobs); else pkill."""
     return f"scancel --name={job_name(run_id)}" if opts.via == "slurm" else cleanup_cmd(cluster)
@@ -319,7 +319,7 @@ def stop_cmd(cluster: dict[str, Any], run_id: str, opts: Launch) -> str:
 NCCL_LOG_TAIL = 65536  # bytes of each NCCL log brought back; WARN-level logs are far smaller
 
 
-def nccl_logs_cmd(cluster: dict[str, Any], run_id: str) -> str:
+def nccl_logs_cmd(cluster: Cluster, run_id: str) -> str:
     """Print every non-empty NCCL log of the run, each after a '==> name <==' line (as tail does;
     the echo after each ends a last line that has no newline, so the next header starts a line)."""
     return (f"cd {run_dir(cluster, run_id)} && for f in nccl.*.log; do [ -s \"$f\" ] || continue; "
@@ -358,13 +358,13 @@ def iperf_cmd(worker_ip: str, bidir: bool = False) -> str:
             f"timeout 30 iperf3 -c {ip} -J -t 3" + (" --bidir" if bidir else ""))
 
 
-def cleanup_cmd(cluster: dict[str, Any]) -> str:
-    shared = cluster["shared_dir"].rstrip("/")
+def cleanup_cmd(cluster: Cluster) -> str:
+    shared = cluster.shared_dir.rstrip("/")
     # why the brackets: the regex [/]shared/... matches the benchmark processes but not
     # this command line (nor the shell running it), so pkill cannot kill itself.
     pattern = f"[{shared[0]}]{shared[1:]}/benchmarks/"
     remote = shlex.quote(f"pkill -f {shlex.quote(pattern)}")
-    hosts = " ".join(shlex.quote(n["private_ip"]) for n in cluster["nodes"])
+    hosts = " ".join(shlex.quote(n.private_ip) for n in cluster.nodes)
     return f"for h in {hosts}; do ssh -o BatchMode=yes -o ConnectTimeout=5 $h {remote}; done; true"
 
 
@@ -384,9 +384,9 @@ def parse_json_line(stdout: str, what: str) -> dict[str, Any]:
 ALL_PAIRS_UP_TO = 8  # n(n-1)/2 pairs: 28 at 8 nodes, about 2 minutes; a ring beyond
 
 
-def net_pairs(cluster: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def net_pairs(cluster: Cluster) -> list[tuple[Node, Node]]:
     """(src, dst) node pairs to measure: every pair up to 8 nodes, else a ring."""
-    nodes = cluster["nodes"]
+    nodes = cluster.nodes
     if len(nodes) <= ALL_PAIRS_UP_TO:
         return [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:]]
     return [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
@@ -406,11 +406,11 @@ def parse_iperf(stdout: str) -> float:
     return min(rates) / 1e9
 
 
-def cluster_record(cluster: dict[str, Any]) -> dict[str, Any]:
+def cluster_record(cluster: Cluster) -> dict[str, Any]:
     """The cluster a sweep ran on, for the report's reproducibility record (both sweeps)."""
-    machine = cluster.get("machine") or {}
-    return {"provider": cluster["provider"], "image": machine.get("image"), "flavor": machine.get("flavor"),
-            "cluster_nodes": len(cluster["nodes"]), "gpus_per_node": [gpus(n) for n in cluster["nodes"]]}
+    machine = cluster.machine or {}
+    return {"provider": cluster.provider, "image": machine.get("image"), "flavor": machine.get("flavor"),
+            "cluster_nodes": len(cluster.nodes), "gpus_per_node": [n.gpus for n in cluster.nodes]}
 
 
 # --- the sweep -----------------------------------------------------------------------
@@ -421,7 +421,7 @@ class Session:
     run: an mpirun over the hostfile, or (--via slurm) a job script saved here, then
     written, submitted and followed on the master."""
 
-    def __init__(self, runner: Runner, cluster: dict[str, Any], opts: Launch, run_id: str, outdir: Path):
+    def __init__(self, runner: Runner, cluster: Cluster, opts: Launch, run_id: str, outdir: Path):
         self.runner, self.cluster, self.opts, self.run_id = runner, cluster, opts, run_id
         self.outdir = Path(outdir)
         self.outdir.mkdir(parents=True, exist_ok=True)
@@ -443,7 +443,7 @@ class Session:
         if rc != 0:
             if cleanup:
                 self.runner.run(stop_cmd(self.cluster, self.run_id, self.opts), timeout=60)  # leave no rank running
-            why = diagnose(rc, out, err, rank_nodes(self.cluster, nodes), self.opts.run_timeout_s)
+            why = diagnose(rc, out, err, self.cluster.rank_nodes(nodes), self.opts.run_timeout_s)
             if nodes and self.nccl:  # the sweep stops here, so the logs stay on the master: name them
                 why += f"; NCCL warnings, if any: {self.nccl['NCCL_DEBUG_FILE']} on the master"
             raise OperationFailed(f"{name} failed: {why}", log=log)
@@ -479,7 +479,7 @@ class Session:
         return copy
 
 
-def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_id: str,
+def run_bench(runner: Runner, cluster: Cluster, opts: BenchOptions, run_id: str,
               outdir: Path) -> dict[str, Any]:
     """Run the sweep on the cluster; write results into outdir; return the --json record."""
     session = Session(runner, cluster, opts, run_id, outdir)
@@ -525,7 +525,7 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
         resnet.append((n, res))
         ui.ok(f"{n} node(s) {mode}: {res['img_per_sec']:.1f} img/s total, {res['img_per_sec_per_rank']:.1f} per rank")
         if profiled:
-            merged = remote("timeline", f"python {cluster['shared_dir']}/benchmarks/merge_timeline.py {run_dir(cluster, run_id)}/timeline", 300)
+            merged = remote("timeline", f"python {cluster.shared_dir}/benchmarks/merge_timeline.py {run_dir(cluster, run_id)}/timeline", 300)
             timeline = outdir / "timeline.json"
             timeline.write_text(merged)
             ui.ok(f"timeline of every rank at {n} node(s): {timeline} (open in ui.perfetto.dev or chrome://tracing)")
@@ -544,10 +544,10 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
     nccl_copy = session.copy_nccl_logs()
 
     link = bidir = None
-    workers = [n for n in cluster["nodes"] if n["role"] != "master"]
+    workers = [n for n in cluster.nodes if n.role != "master"]
     if workers:
-        ui.step(f"iperf3 link rate: master -> {workers[0]['name']}")
-        ip = workers[0]["private_ip"]
+        ui.step(f"iperf3 link rate: master -> {workers[0].name}")
+        ip = workers[0].private_ip
         try:
             link = parse_iperf(remote("iperf3", iperf_cmd(ip), 60, cleanup=False))
             # why also --bidir: a ring all-reduce sends and receives at once; where the
@@ -560,19 +560,19 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
                   + (f", {bidir:.2f} Gbit/s each way with --bidir" if bidir else ""))
 
     network = None
-    if opts.net and len(cluster["nodes"]) > 1:
+    if opts.net and len(cluster.nodes) > 1:
         pairs = net_pairs(cluster)
-        ui.step(f"iperf3 between {'every pair of nodes' if len(cluster['nodes']) <= ALL_PAIRS_UP_TO else 'neighbours in a ring'} "
+        ui.step(f"iperf3 between {'every pair of nodes' if len(cluster.nodes) <= ALL_PAIRS_UP_TO else 'neighbours in a ring'} "
                 f"({len(pairs)} pair(s), one at a time)")
         measured = []
         for i, (a, b) in enumerate(pairs, 1):
             try:
-                rate = parse_iperf(remote(f"net-{a['name']}-{b['name']}", pair_cmd(a["private_ip"], b["private_ip"]), 60, cleanup=False))
-                ui.info(f"  [{i}/{len(pairs)}] {a['name']} -> {b['name']}: {rate:.2f} Gbit/s")
+                rate = parse_iperf(remote(f"net-{a.name}-{b.name}", pair_cmd(a.private_ip, b.private_ip), 60, cleanup=False))
+                ui.info(f"  [{i}/{len(pairs)}] {a.name} -> {b.name}: {rate:.2f} Gbit/s")
             except (OperationFailed, ValueError, KeyError) as e:
                 rate = None
-                ui.warn(f"{a['name']} -> {b['name']}: no rate ({e})")
-            measured.append({"src": a["name"], "dst": b["name"], "gbit_s": rate})
+                ui.warn(f"{a.name} -> {b.name}: no rate ({e})")
+            measured.append({"src": a.name, "dst": b.name, "gbit_s": rate})
         network = bench_report.network_summary(measured)
         if network["slowest"]:
             ui.ok(f"slowest link {network['slowest']['src']} -> {network['slowest']['dst']}: "
@@ -604,7 +604,7 @@ def run_bench(runner: Runner, cluster: dict[str, Any], opts: BenchOptions, run_i
 Sweep = Callable[[Runner, dict[str, Any], Any, str, Path], dict[str, Any]]
 
 
-def run_on_cluster(state: Any, cluster: dict[str, Any], opts: Launch, sweep: Sweep | None = None) -> dict[str, Any]:
+def run_on_cluster(state: Any, cluster: Cluster, opts: Launch, sweep: Sweep | None = None) -> dict[str, Any]:
     """A sweep on the master (run_bench, or bench_train.run_train for --data), under the
     cluster's bench lock (one benchmark at a time); on Ctrl-C no rank is left running on any node."""
     from deployer.remote import MasterRunner
@@ -621,7 +621,7 @@ def run_on_cluster(state: Any, cluster: dict[str, Any], opts: Launch, sweep: Swe
             raise
 
 
-def push_results(state: Any, cluster: dict[str, Any], report: dict[str, Any]) -> bool:
+def push_results(state: Any, cluster: Cluster, report: dict[str, Any]) -> bool:
     """The report -> the Pushgateway on the master, through an SSH tunnel (-> Grafana's
     Benchmarks dashboard). A failure is a warning: the results are in the state dir."""
     from deployer import metrics
@@ -629,9 +629,9 @@ def push_results(state: Any, cluster: dict[str, Any], report: dict[str, Any]) ->
     from deployer.remote import ssh_argv
     from deployer.tunnel import open_tunnel
 
-    master = cluster["nodes"][0]
+    master = cluster.master
     try:
-        with open_tunnel(ssh_argv(state, cluster, master), master["private_ip"], metrics.PUSHGATEWAY_PORT) as port:
+        with open_tunnel(ssh_argv(state, master), master.private_ip, metrics.PUSHGATEWAY_PORT) as port:
             metrics.push_bench_results(f"http://127.0.0.1:{port}", report, login=pushgateway_login(state.secrets_dir))
     except (OperationFailed, OSError) as e:
         ui.warn(f"results not pushed to the Pushgateway ({e}); they are saved in the state dir")

@@ -13,7 +13,10 @@ exit code 1"); its last words are then the last error line anyone printed.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from deployer.cluster import Node
 
 TAG = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>:\s?(.*)$")
 # Open MPI forwards a rank's output in chunks and tags every chunk: a long line (a JSON
@@ -35,9 +38,9 @@ def rank_output(text: str, rank: int, stream: str) -> list[str]:
     return [t for r, s, t in map(untag, text.splitlines()) if r == rank and s == stream]
 
 
-def _where(rank: int, nodes: list[dict[str, Any]], address: str | None = None) -> str:
+def _where(rank: int, nodes: list[Node], address: str | None = None) -> str:
     if rank < len(nodes):
-        return f"rank {rank} on {nodes[rank]['name']}"
+        return f"rank {rank} on {nodes[rank].name}"
     return f"rank {rank} on {address}" if address else f"rank {rank}"
 
 
@@ -49,7 +52,7 @@ def _last_error(lines: list[str], keep: int = 2) -> str:
     return " / ".join(re.sub(r"^\[rank\d+\]:\s*", "", ln)[:240] for ln in picked)
 
 
-def diagnose(rc: int, out: str, err: str, nodes: list[dict[str, Any]], timeout_s: float) -> str:
+def diagnose(rc: int, out: str, err: str, nodes: list[Node], timeout_s: float) -> str:
     text = out + "\n" + err
     m = SIGNALLED.search(text)
     if m:

@@ -31,8 +31,8 @@ from typing import Any
 
 from deployer import bench, bench_report, datasets, storage_reads, ui
 from deployer.bench_progress import RunProgress
+from deployer.cluster import Cluster
 from deployer.errors import OperationFailed, UsageError
-from deployer.nodes import rank_nodes
 
 SCRIPT = "resnet_train.py"
 NO_MANIFEST = "deployer: no dataset manifest"
@@ -53,7 +53,7 @@ class TrainOptions:
     storage_metrics: bool = True  # ask the master's Prometheus for the shared storage's reads (monitoring on)
 
 
-def make_train_options(cluster: dict[str, Any], *, data: str, target_acc: float | None = None, nodes: str | None = None,
+def make_train_options(cluster: Cluster, *, data: str, target_acc: float | None = None, nodes: str | None = None,
                        epochs: int | None = None, threads: int | None = None, amp: bool | None = None,
                        run_timeout_s: int = 3600, via: str = "mpirun", queue_timeout_s: int = 3600,
                        storage_metrics: bool = True) -> TrainOptions:
@@ -66,7 +66,7 @@ def make_train_options(cluster: dict[str, Any], *, data: str, target_acc: float 
         target: float | None = datasets.target_accuracy(target_acc)
     else:
         target = ds.training.target_acc if ds else None
-    counts = bench.parse_node_counts(nodes, len(cluster["nodes"]))
+    counts = bench.parse_node_counts(nodes, len(cluster.nodes))
     chosen, auto = bench.gpu_defaults(cluster, {"amp": amp})
     if epochs is not None and epochs < 1:
         raise UsageError("--epochs must be at least 1")
@@ -86,15 +86,15 @@ def make_train_options(cluster: dict[str, Any], *, data: str, target_acc: float 
 
 
 # --- the remote commands ---------------------------------------------------------------
-def data_dir(cluster: dict[str, Any], name: str) -> str:
-    return datasets.dataset_dir(cluster["shared_dir"], name)
+def data_dir(cluster: Cluster, name: str) -> str:
+    return datasets.dataset_dir(cluster.shared_dir, name)
 
 
-def manifest_cmd(cluster: dict[str, Any], name: str) -> str:
+def manifest_cmd(cluster: Cluster, name: str) -> str:
     """Print the dataset's manifest on the master, or NO_MANIFEST and the datasets that are
     there (exit 0 both ways, so a failure of the command itself stays an OperationFailed)."""
     path = shlex.quote(f"{data_dir(cluster, name)}/{datasets.MANIFEST}")
-    there = shlex.quote(datasets.dataset_dir(cluster["shared_dir"], ""))
+    there = shlex.quote(datasets.dataset_dir(cluster.shared_dir, ""))
     return (f"if [ -f {path} ]; then cat {path}; else echo {shlex.quote(NO_MANIFEST)}; "
             f"for m in {there}*/{datasets.MANIFEST}; do [ -f \"$m\" ] && basename \"$(dirname \"$m\")\"; done; true; fi")
 
@@ -129,7 +129,7 @@ def manifest_summary(m: dict[str, Any]) -> dict[str, Any]:
             "sha256": {f: (v or {}).get("sha256") for f, v in (m.get("files") or {}).items()}}
 
 
-def train_args(cluster: dict[str, Any], run_id: str, opts: TrainOptions, n: int) -> list[str]:
+def train_args(cluster: Cluster, run_id: str, opts: TrainOptions, n: int) -> list[str]:
     args = ["--data", data_dir(cluster, opts.dataset), "--target-acc", f"{opts.target_acc:g}",
             "--checkpoint-dir", f"{bench.run_dir(cluster, run_id)}/ckpt-{n}", "--json", "--progress"]
     if opts.epochs:
@@ -142,7 +142,7 @@ def train_args(cluster: dict[str, Any], run_id: str, opts: TrainOptions, n: int)
 
 
 # --- the sweep ---------------------------------------------------------------------------
-def run_train(runner: bench.Runner, cluster: dict[str, Any], opts: TrainOptions, run_id: str,
+def run_train(runner: bench.Runner, cluster: Cluster, opts: TrainOptions, run_id: str,
               outdir: Path) -> dict[str, Any]:
     """Train to the target at every N; write results into outdir; return the --json record."""
     # before the session: a dataset that is not there changes nothing, here or on the master
@@ -191,7 +191,7 @@ def run_train(runner: bench.Runner, cluster: dict[str, Any], opts: TrainOptions,
         "dataset": manifest_summary(manifest),
         **bench.cluster_record(cluster),
         "node_counts": list(opts.nodes),
-        "flags": {**asdict(opts), "ranks": {str(n): len(rank_nodes(cluster, n)) for n in opts.nodes}},
+        "flags": {**asdict(opts), "ranks": {str(n): len(cluster.rank_nodes(n)) for n in opts.nodes}},
         "cpu_sharing": bench.cpu_sharing(cluster, opts),
         "nccl_debug": session.nccl or None,
     }
@@ -212,7 +212,7 @@ def epochs_run_now(rec: dict[str, Any]) -> list[dict[str, Any]]:
     return (rec.get("history") or [])[rec.get("resumed_from_epoch") or 0:]
 
 
-def storage_during(session: bench.Session, cluster: dict[str, Any], runs: list[tuple[int, dict[str, Any]]]) -> None:
+def storage_during(session: bench.Session, cluster: Cluster, runs: list[tuple[int, dict[str, Any]]]) -> None:
     """Each run's shared-storage reads from the master's Prometheus (storage_reads), into
     rec["storage"]: after the sweep, once the first scrape after the last run is due."""
     windows = {n: (e[0]["started_at"], e[-1]["ended_at"]) for n, rec in runs
@@ -223,17 +223,17 @@ def storage_during(session: bench.Session, cluster: dict[str, Any], runs: list[t
     if due > 0:
         ui.info(f"  waiting {due:.0f} s for Prometheus's next scrape (the shared storage's reads during each run)")
         time.sleep(due)
-    ip = cluster["nodes"][0]["private_ip"]
+    ip = cluster.master.private_ip
     for n, rec in runs:
         if n in windows:
             out = session.remote(f"storage-{n}", storage_reads.query_cmd(ip, *windows[n]), 60, cleanup=False)
-            rec["storage"] = storage_reads.parse(out, *windows[n], cluster["shared_storage"])
+            rec["storage"] = storage_reads.parse(out, *windows[n], cluster.shared_storage)
     notes = {r["storage"]["note"] for _, r in runs if r.get("storage", {}).get("note")}
     for note in sorted(notes):
         ui.info(f"  shared storage reads: {note}")
 
 
-def run_on_cluster(state: Any, cluster: dict[str, Any], opts: TrainOptions) -> dict[str, Any]:
+def run_on_cluster(state: Any, cluster: Cluster, opts: TrainOptions) -> dict[str, Any]:
     """The training sweep on the master, as bench.run_on_cluster runs the synthetic one."""
     return bench.run_on_cluster(state, cluster, opts, sweep=run_train)
 

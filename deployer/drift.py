@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .cluster import Cluster
 from .providers.base import Observation
 
 EVERY_NODE_REASONS = {
@@ -43,8 +44,8 @@ class ConfigurePlan:
         return ", ".join(f"{n} ({r})" for n, r in self.why.items())
 
 
-def configure_plan(cluster: dict[str, Any], record: dict[str, Any] | None, fingerprint: str, *, reconfigure: bool = False) -> ConfigurePlan:
-    names = [n["name"] for n in cluster["nodes"]]
+def configure_plan(cluster: Cluster, record: dict[str, Any] | None, fingerprint: str, *, reconfigure: bool = False) -> ConfigurePlan:
+    names = [n.name for n in cluster.nodes]
 
     def everyone(key: str) -> ConfigurePlan:
         return ConfigurePlan({n: EVERY_NODE_REASONS[key] for n in names}, every_node=True)
@@ -59,11 +60,11 @@ def configure_plan(cluster: dict[str, Any], record: dict[str, Any] | None, finge
     if done is None:
         return everyone("legacy")
     why = {}
-    for node in cluster["nodes"]:
-        if node["name"] not in done:
-            why[node["name"]] = "new since the last configuration"
-        elif done[node["name"]] != node.get("id"):
-            why[node["name"]] = "replaced since the last configuration"
+    for node in cluster.nodes:
+        if node.name not in done:
+            why[node.name] = "new since the last configuration"
+        elif done[node.name] != node.id:
+            why[node.name] = "replaced since the last configuration"
     if names and names[0] in why:
         # The master makes the cluster user's key pair (ssh_mesh) and serves the shared
         # storage and monitoring: a new master changes what every node must hold.
@@ -71,24 +72,24 @@ def configure_plan(cluster: dict[str, Any], record: dict[str, Any] | None, finge
     return ConfigurePlan(why, every_node=False)
 
 
-def configured_record(fingerprint: str, cluster: dict[str, Any], only: list[str] | None = None, run: str | None = None) -> dict[str, Any]:
+def configured_record(fingerprint: str, cluster: Cluster, only: list[str] | None = None, run: str | None = None) -> dict[str, Any]:
     """The record after configuring `only` (every node when None) of `cluster`."""
-    nodes = {n["name"]: n.get("id") for n in cluster["nodes"] if only is None or n["name"] in only}
+    nodes = {n.name: n.id for n in cluster.nodes if only is None or n.name in only}
     return {"fingerprint": fingerprint, "nodes": nodes, "run": run}
 
 
-def node_states(cluster: dict[str, Any], seen: Observation, record: dict[str, Any] | None, reachable: dict[str, bool]) -> dict[str, str]:
+def node_states(cluster: Cluster, seen: Observation, record: dict[str, Any] | None, reachable: dict[str, bool]) -> dict[str, str]:
     """What `status` says of each node: ok · stopped · missing · replaced (needs configure) · unreachable."""
     done = (record or {}).get("nodes") or {}
     states = {}
-    for node in cluster["nodes"]:
-        name = node["name"]
+    for node in cluster.nodes:
+        name = node.name
         machine = seen.nodes.get(name)
         if machine is None or machine.state == "missing":
             states[name] = "missing"
         elif machine.state == "stopped":
             states[name] = "stopped"
-        elif record and name in done and done[name] != node.get("id"):
+        elif record and name in done and done[name] != node.id:
             states[name] = "replaced (needs configure)"
         elif record and record.get("nodes") is not None and name not in done:
             states[name] = "new (needs configure)"

@@ -1,6 +1,6 @@
 """The error family and its exit codes (0 done, 1 failed, 2 bad input, 130 interrupted).
 
-Every error the user can meet is one of these: `cli.main` turns it into one line on
+Every error the user can meet is one of these: `cli.run` turns it into one line on
 stderr and the exit code, with a traceback only under --debug.
 """
 

@@ -5,7 +5,7 @@ on OpenStack the `deployer_expires_at` metadata `up` puts on every server, which
 there even when this machine has no state of the cluster (a laptop lost, a colleague's
 cluster). Both are listed; `--yes` destroys what has state with the same `down` as
 always (Terraform, then the proof that nothing is left), and what only the cloud knows
-by its metadata and tag (providers/openstack_delete.py), with the same proof. A cluster
+by its metadata and tag (the provider's delete_from_cloud), with the same proof. A cluster
 is one cluster by its id (state.py: cluster_id), not its name: two of the same name (two
 users in one project) are listed and destroyed each on its own.
 """
@@ -20,7 +20,8 @@ from typing import Any
 from . import ui
 from .errors import DeployerError, NoLongerExpired
 from .lifetime import human, iso, now, parse_iso
-from .providers.openstack_teardown import CLUSTER_ID_KEY, CLUSTER_KEY, expiry
+from .providers import get_provider
+from .providers.base import CloudCluster
 from .state import ClusterState
 
 
@@ -53,20 +54,8 @@ def from_state(root: Path, at: datetime) -> list[Expired]:
     return out
 
 
-def from_servers(servers: list[Any], at: datetime) -> list[Expired]:
-    """Clusters whose servers carry an expiry that is past (OpenStack server records:
-    `.name` and `.metadata`), one per cluster id. A cluster counts as expired by its
-    earliest expiry."""
-    found: dict[str, Expired] = {}
-    for s in servers:
-        meta = s.metadata or {}
-        cluster_id, when = meta.get(CLUSTER_ID_KEY), expiry(s)
-        if not cluster_id or when is None or when > at:
-            continue
-        e = found.setdefault(cluster_id, Expired(meta.get(CLUSTER_KEY) or "?", "openstack", iso(when), cluster_id))
-        e.servers.append(s.name)
-        e.expires_at = min(e.expires_at, iso(when))
-    return sorted(found.values(), key=lambda e: (e.name, e.cluster_id or ""))
+def from_cloud(found: list[CloudCluster], provider: str) -> list[Expired]:
+    return [Expired(c.name, provider, iso(c.expires_at), c.cluster_id, servers=list(c.servers)) for c in found]
 
 
 def merge(local: list[Expired], cloud: list[Expired]) -> list[Expired]:
@@ -82,14 +71,14 @@ def merge(local: list[Expired], cloud: list[Expired]) -> list[Expired]:
     return sorted(out, key=lambda e: e.expires_at)
 
 
+# `--cloud` names an entry of clouds.yaml: the one provider with a cloud to ask.
+CLOUD_PROVIDER = "openstack"
+
+
 def find(root: Path, cloud: str | None, at: datetime) -> list[Expired]:
     """Expired clusters in the state root and, given a cloud, in its project."""
-    servers: list[Any] = []
-    if cloud:
-        from .providers.openstack_observe import deployer_servers
-
-        servers = deployer_servers({"OS_CLOUD": cloud})
-    return merge(from_state(root, at), from_servers(servers, at))
+    in_cloud = get_provider(CLOUD_PROVIDER).expired_in_cloud({"OS_CLOUD": cloud}, at) if cloud else []
+    return merge(from_state(root, at), from_cloud(in_cloud, CLOUD_PROVIDER))
 
 
 def collect_and_act(root: Path, *, cloud: str | None, destroy: bool, dry_run: bool) -> list[dict[str, Any]]:
@@ -113,7 +102,8 @@ def collect_and_act(root: Path, *, cloud: str | None, destroy: bool, dry_run: bo
             entry["action"] = _cloud_only(e, ago, cloud, destroy=destroy, dry_run=dry_run)
         elif not destroy:
             entry["action"] = "would destroy" if dry_run else "listed"
-            nodes = [n["name"] for n in (ClusterState(root, e.name).cluster() or {}).get("nodes", [])]
+            recorded = ClusterState(root, e.name).cluster()
+            nodes = recorded.names if recorded else []
             what = f"would destroy {', '.join(nodes) or 'what Terraform made'}, its network and state" if dry_run else "`deployer gc --yes` destroys it"
             ui.info(f"{e.name}: expired {ago} ago ({e.provider}); {what}")
         else:
@@ -132,17 +122,16 @@ def collect_and_act(root: Path, *, cloud: str | None, destroy: bool, dry_run: bo
 
 
 def _cloud_only(e: Expired, ago: str, cloud: str | None, *, destroy: bool, dry_run: bool) -> str:
-    """A cluster only the cloud knows of: deleted by its metadata (openstack_delete)."""
+    """A cluster only the cloud knows of: deleted by its metadata."""
     where = f"found in cloud {cloud!r} only (id {e.cluster_id}: {', '.join(e.servers)})"
     if not destroy:
         ui.info(f"{e.name}: expired {ago} ago, {where}; "
                 + ("would delete its servers and what carries its tag" if dry_run else "`deployer gc --yes` deletes it by its metadata"))
         return "would destroy" if dry_run else "listed"
-    from .providers.openstack_delete import delete_cluster
-
     ui.step(f"{e.name}: expired {ago} ago, {where}: deleting by its metadata")
+    found = CloudCluster(e.name, e.cluster_id or "", parse_iso(e.expires_at), e.servers)
     try:
-        deleted = delete_cluster({"OS_CLOUD": cloud or ""}, e.name, e.cluster_id or "", say=ui.info, expired_at=now())
+        deleted = get_provider(CLOUD_PROVIDER).delete_from_cloud({"OS_CLOUD": cloud or ""}, found, say=ui.info, expired_at=now())
     except NoLongerExpired as kept:
         ui.info(f"{e.name}: {kept}")
         return "kept: extended"

@@ -13,58 +13,52 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from .boot import host_key
-from .nodes import gpus, slots
 from .paths import assets_root
+from .providers import get_provider
 
 if TYPE_CHECKING:
+    from .cluster import Cluster
     from .spec import ClusterSpec
     from .state import ClusterState
 
 
-def hostfile(cluster: dict[str, Any]) -> str:
+def hostfile(cluster: Cluster) -> str:
     """One line per node, master first; slots = GPUs (1 on CPU nodes)."""
-    return "".join(f"{n['private_ip']} slots={slots(n)}\n" for n in cluster["nodes"])
+    return "".join(f"{n.private_ip} slots={n.slots}\n" for n in cluster.nodes)
 
 
-def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
+def render(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
     hosts: dict[str, Any] = {}
-    for i, node in enumerate(cluster["nodes"]):
-        hosts[node["name"]] = {
+    for i, node in enumerate(cluster.nodes):
+        hosts[node.name] = {
             # The node's Host block in the cluster's ssh_config (boot.ssh_config) says how
             # to reach it: address, key, pinned known_hosts, the hop through the master.
-            "ansible_host": node["name"],
-            "ansible_user": cluster["ssh_user"],
+            "ansible_host": node.name,
+            "ansible_user": cluster.ssh_user,
             "ansible_ssh_common_args": shlex.join(["-F", str(state.ssh_config)]),
             # Pinned on every node too (ssh_mesh), so node-to-node SSH checks it.
-            "deployer_host_key": host_key(state, node["name"]).public,
-            "private_ip": node["private_ip"],
-            "node_role": node["role"],
+            "deployer_host_key": host_key(state, node.name).public,
+            "private_ip": node.private_ip,
+            "node_role": node.role,
             "node_index": i,
-            "gpus": gpus(node),
+            "gpus": node.gpus,
         }
-    names = [n["name"] for n in cluster["nodes"]]
     m = spec.monitoring
-    auto_teardown = cluster["provider"] == "openstack" and spec.openstack.auto_teardown
-    teardown_id = None
-    if auto_teardown:
-        from .providers.openstack import read_teardown_credential
-
-        teardown_id = (read_teardown_credential(state) or {}).get("id")
     group_vars = {
-        "deployer_cluster_name": cluster["name"],
+        "deployer_cluster_name": cluster.name,
         "deployer_cluster_id": state.cluster_id,  # origin.json: what the cloud's metadata carries
-        "deployer_provider": cluster["provider"],
-        "deployer_ssh_user": cluster["ssh_user"],
-        "deployer_shared_dir": cluster["shared_dir"],
-        "deployer_shared_device": cluster.get("shared_device"),
+        "deployer_provider": cluster.provider,
+        "deployer_ssh_user": cluster.ssh_user,
+        "deployer_shared_dir": cluster.shared_dir,
+        "deployer_shared_device": cluster.shared_device,
         # What the roles branch on: capabilities from the cluster output, never the provider's name.
-        "deployer_shared_storage": cluster["shared_storage"],
-        "deployer_grafana_installable": cluster["grafana_installable"],
-        "deployer_host_package_sources": cluster["host_package_sources"],
-        "deployer_cluster_cidr": cluster["cluster_cidr"],
-        "deployer_master_ip": cluster["nodes"][0]["private_ip"],
+        "deployer_shared_storage": cluster.shared_storage,
+        "deployer_grafana_installable": cluster.grafana_installable,
+        "deployer_host_package_sources": cluster.host_package_sources,
+        "deployer_cluster_cidr": cluster.cluster_cidr,
+        "deployer_master_ip": cluster.master.private_ip,
         "deployer_hostfile": hostfile(cluster),
-        "deployer_enable_gpu": any(gpus(n) > 0 for n in cluster["nodes"]),
+        "deployer_enable_gpu": cluster.has_gpus,
         "deployer_nvidia_driver_install": spec.openstack.nvidia_driver_install,
         "deployer_nvidia_driver_branch": spec.openstack.nvidia_driver_branch,
         # passthrough | vgpu (the spec, or the flavor as the preflight read it) | auto
@@ -80,30 +74,25 @@ def render(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") 
         "deployer_scheduler": spec.scheduler,
         "deployer_secrets_dir": str(state.secrets_dir),
         "deployer_repo_dir": str(assets_root()),
-        # The master's own teardown at expiry (roles/teardown_timer): the credential's id
-        # is here (not its secret) so that a renewed credential reconfigures the master.
-        "deployer_auto_teardown": auto_teardown,
-        "deployer_teardown_credential_id": teardown_id,
-        # Only with auto_teardown: a node's id in the inventory would make every
-        # replaced node a reason to reconfigure all of them (drift.py).
-        "deployer_teardown_server_id": cluster["nodes"][0].get("id") if auto_teardown else None,
-        "deployer_teardown_worker_ids": [n.get("id") for n in cluster["nodes"][1:]] if auto_teardown else [],
+        # The teardown_timer role runs everywhere (it removes a timer a cluster no longer
+        # wants); what it installs, and for which servers, only the provider knows.
         "deployer_teardown_script": str(Path(__file__).parent / "providers" / "openstack_teardown.py"),
+        **get_provider(cluster.provider).inventory_vars(spec, state, cluster),
     }
     return {
         "all": {
             "hosts": hosts,
             "vars": group_vars,
             "children": {
-                "master": {"hosts": {names[0]: {}}},
-                "workers": {"hosts": {n: {} for n in names[1:]}},
-                "gpu": {"hosts": {n["name"]: {} for n in cluster["nodes"] if gpus(n) > 0}},
+                "master": {"hosts": {cluster.master.name: {}}},
+                "workers": {"hosts": {n.name: {} for n in cluster.workers}},
+                "gpu": {"hosts": {n.name: {} for n in cluster.nodes if n.gpus > 0}},
             },
         }
     }
 
 
-def write(cluster: dict[str, Any], spec: "ClusterSpec", state: "ClusterState") -> Path:
+def write(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> Path:
     d = state.inventory_dir
     d.mkdir(parents=True, exist_ok=True)
     path = d / "hosts.yml"

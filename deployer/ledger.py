@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .cluster import Cluster
 from .lifetime import iso, now, parse_iso
-from .nodes import gpus
 
 if TYPE_CHECKING:
     from .state import ClusterState
@@ -59,17 +59,17 @@ def _last(root: Path, cluster: str) -> dict[str, Any] | None:
     return mine[-1] if mine else None
 
 
-def note(state: "ClusterState", cluster: dict[str, Any], at: datetime | None = None) -> dict[str, Any] | None:
+def note(state: "ClusterState", cluster: Cluster, at: datetime | None = None) -> dict[str, Any] | None:
     """After an apply: an entry if the cluster was made or changed size; the entry or None."""
-    size = len(cluster["nodes"])
-    gpu_count = sum(gpus(n) for n in cluster["nodes"])
+    size = len(cluster.nodes)
+    gpu_count = cluster.gpus
     last = _last(state.root, state.name)
     if last and last["nodes"] == size and last.get("gpus", 0) == gpu_count:
         return None
     entry = {
-        "time": iso(at or now()), "cluster": state.name, "provider": cluster.get("provider"),
+        "time": iso(at or now()), "cluster": state.name, "provider": cluster.provider,
         "event": "create" if not last or last["nodes"] == 0 else "scale",
-        "nodes": size, "gpus": gpu_count, "flavor": (cluster.get("machine") or {}).get("flavor"),
+        "nodes": size, "gpus": gpu_count, "flavor": cluster.machine.get("flavor"),
     }
     _append(state.root, entry)
     return entry

@@ -6,12 +6,14 @@ spec -> provider.preflight -> user-data + host keys -> terraform (cluster output
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import sys
 from typing import Any
 
-from . import boot, credentials, drift, inventory, ledger, lifetime, nodes, terraform, timings, ui
+from . import boot, credentials, drift, inventory, ledger, lifetime, terraform, timings, ui
+from .cluster import Cluster
 from .errors import DeployerError, NoLongerExpired, OperationFailed, UsageError
 from .providers import get_provider
 from .readiness import wait_for_boot
@@ -60,9 +62,9 @@ def _fingerprint(inv_path, spec: ClusterSpec, state: ClusterState) -> str:
 def confirm_destructive(spec: ClusterSpec, state: ClusterState, yes: bool) -> None:
     """Scaling in destroys nodes (and what is on them): ask, or require --yes."""
     cluster = state.cluster()
-    if not cluster or spec.nodes >= len(cluster["nodes"]) or yes:
+    if not cluster or spec.nodes >= len(cluster.nodes) or yes:
         return
-    doomed = [n["name"] for n in cluster["nodes"][spec.nodes:]]
+    doomed = [n.name for n in cluster.nodes[spec.nodes:]]
     if not ui.err.is_terminal or not sys.stdin.isatty():
         raise UsageError(f"--nodes {spec.nodes} would destroy {', '.join(doomed)}: pass --yes to scale in")
     import typer
@@ -78,7 +80,7 @@ def _replace_nodes(spec: ClusterSpec, state: ClusterState, replace: list[str]) -
     cluster = state.cluster()
     if cluster is None:
         raise UsageError(f"--replace: cluster {spec.name!r} has no nodes yet; run `deployer up` without it")
-    return [nodes.find_node(cluster, name)["name"] for name in replace]
+    return [cluster.find(name).name for name in replace]
 
 
 def _set_lifetime(spec: ClusterSpec, state: ClusterState, ttl_given: bool) -> dict[str, Any] | None:
@@ -135,8 +137,8 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
                     ui.info(f"  {line}")
 
             eng.apply(on_event, replace=[provider.node_resource(n) for n in sorted(set(replace_nodes) | set(recreate))])
-            cluster = eng.output()["cluster"]
-            state.write_record(state.cluster_file, cluster)
+            cluster = Cluster.parse(eng.output()["cluster"])
+            state.write_cluster(cluster)
             ledger.note(state, cluster)  # node-hours from now on (created, scaled)
             placed = provider.place(spec, state, cluster)
             if placed:
@@ -170,7 +172,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             from .ansible import run_playbook
 
             # Until this run succeeds, the nodes it configures count as not configured.
-            done_before = None if plan.every_node else [n for n in nodes.names(cluster) if n not in plan.why]
+            done_before = None if plan.every_node else [n for n in cluster.names if n not in plan.why]
             if done_before is None:
                 state.configured_file.unlink(missing_ok=True)
             else:
@@ -194,7 +196,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             ui.info(exposed)
         ui.ok(("no changes: the cluster already matched the spec" if converged else "cluster is up")
               + f" ({took['total_s']:.0f}s). Next: `deployer ssh`, `deployer bench`, `deployer status`")
-        ui.info(timings.summary("up", len(cluster["nodes"]), took))
+        ui.info(timings.summary("up", len(cluster.nodes), took))
         return {
             "name": spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run_dir),
             "started": started, "recreated": sorted(set(recreate) | set(replace_nodes)), "configured": plan.why,
@@ -202,12 +204,12 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         }
 
 
-def _only(cluster: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    return {**cluster, "nodes": [n for n in cluster["nodes"] if n["name"] in names]}
+def _only(cluster: Cluster, names: list[str]) -> Cluster:
+    return dataclasses.replace(cluster, nodes=tuple(n for n in cluster.nodes if n.name in names))
 
 
-def _count(names: list[str], cluster: dict[str, Any]) -> str:
-    return f"all {len(names)} node(s)" if len(names) == len(cluster["nodes"]) else ", ".join(sorted(names))
+def _count(names: list[str], cluster: Cluster) -> str:
+    return f"all {len(names)} node(s)" if len(names) == len(cluster.nodes) else ", ".join(sorted(names))
 
 
 def _repair(provider: Any, spec: ClusterSpec, state: ClusterState, env: dict[str, str]) -> tuple[list[str], list[str]]:
@@ -216,7 +218,7 @@ def _repair(provider: Any, spec: ClusterSpec, state: ClusterState, env: dict[str
     cluster = state.cluster()
     if not cluster or not terraform.has_resources(state.terraform_dir / spec.provider):
         return [], []
-    seen = provider.observe(state, env, nodes.names(cluster))
+    seen = provider.observe(state, env, cluster.names)
     fix = provider.repair(spec, state, cluster, seen)
     for name in fix.started:
         ui.info(f"  {name} was stopped (host rebooted, or stopped by hand): started it again")
@@ -225,13 +227,13 @@ def _repair(provider: Any, spec: ClusterSpec, state: ClusterState, env: dict[str
     return fix.started, fix.recreate
 
 
-def smoke_check(state: ClusterState, cluster: dict[str, Any]) -> list[str]:
+def smoke_check(state: ClusterState, cluster: Cluster) -> list[str]:
     """`mpirun -np N --hostfile /shared/hostfile hostname` on the master, as a user would type it."""
-    n = len(cluster["nodes"])
-    cmd = f"mpirun -np {n} --hostfile {cluster['shared_dir']}/hostfile hostname"
+    n = len(cluster.nodes)
+    cmd = f"mpirun -np {n} --hostfile {cluster.shared_dir}/hostfile hostname"
     rc, out, err = MasterRunner(state, cluster).run(cmd, timeout=120)
     got = sorted(set(out.split()))
-    want = sorted(node["name"] for node in cluster["nodes"])
+    want = sorted(cluster.names)
     if rc != 0 or got != want:
         missing = sorted(set(want) - set(got))
         detail = f"missing {', '.join(missing)}" if missing else (err.strip().splitlines() or [f"rc {rc}"])[-1]
@@ -303,8 +305,8 @@ def ssh(state: ClusterState, node_name: str | None, command: list[str]) -> int:
         raise UsageError(f"cluster {state.name!r} is not up: run `deployer up` first")
     from .remote import ssh_argv
 
-    node = nodes.find_node(cluster, node_name)
-    argv = ssh_argv(state, cluster, node, tty=not command and ui.err.is_terminal)
+    node = cluster.find(node_name)
+    argv = ssh_argv(state, node, tty=not command and ui.err.is_terminal)
     # Like ssh itself: the words are joined by the remote shell; stdin, stdout and the
     # exit code pass straight through.
     return subprocess.call([*argv, "--", *command] if command else argv)

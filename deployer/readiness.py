@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from . import ui
+from .cluster import Cluster, Node
 from .errors import OperationFailed
 from .remote import ssh_argv
 
@@ -78,10 +79,10 @@ class InFlight:
                 p.kill()
 
 
-def probe(state: "ClusterState", cluster: dict[str, Any], node: dict[str, Any], timeout: float,
+def probe(state: "ClusterState", cluster: Cluster, node: Node, timeout: float,
           running: InFlight | None = None) -> Probe:
     """One `ssh node cloud-init status --wait` (registered in `running` while it runs)."""
-    argv = ssh_argv(state, cluster, node)
+    argv = ssh_argv(state, node)
     argv[1:1] = ["-o", "ConnectTimeout=5"]  # before -F: the first value of an option wins
     running = InFlight() if running is None else running
     with subprocess.Popen([*argv, CLOUD_INIT], text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -98,11 +99,11 @@ def probe(state: "ClusterState", cluster: dict[str, Any], node: dict[str, Any], 
     return Probe(p.returncode, out, err)
 
 
-def classify(node: dict[str, Any], result: Probe) -> str:
+def classify(node: Node, result: Probe) -> str:
     """'ready', or raise NotYet / KeyRefused / OperationFailed, from one probe's result."""
     err = result.err
     if result.rc == 255:
-        addresses = {node["private_ip"], node.get("public_ip")} - {None}
+        addresses = {node.private_ip, node.public_ip} - {None}
         if KEY_REFUSED in err and any(f"for {a} " in err for a in addresses):
             raise KeyRefused(_key_message(node))
         # Connection refused / timed out / closed, permission denied while cloud-init
@@ -117,14 +118,14 @@ def classify(node: dict[str, Any], result: Probe) -> str:
         raise NotYet(f"cloud-init {status}")
     errors = [line.strip(" -") for line in result.out.splitlines() if line.startswith(("\t-", "  -", "- "))]
     detail = _field(result.out, "detail") or (errors[0] if errors else _last_line(result.out + result.err))
-    raise OperationFailed(f"{node['name']}: cloud-init finished with status {status or 'unknown'!r} ({detail})")
+    raise OperationFailed(f"{node.name}: cloud-init finished with status {status or 'unknown'!r} ({detail})")
 
 
-def _key_message(node: dict[str, Any]) -> str:
+def _key_message(node: Node) -> str:
     return (
-        f"{node['name']} serves an SSH host key that is not the one deployer generated for it, so the connection was "
+        f"{node.name} serves an SSH host key that is not the one deployer generated for it, so the connection was "
         f"refused: the machine was rebuilt outside the deployer, or something intercepts the connection; "
-        f"recreate it with `deployer up --replace {node['name']}`"
+        f"recreate it with `deployer up --replace {node.name}`"
     )
 
 
@@ -142,25 +143,25 @@ def _last_line(text: str) -> str:
 
 
 def wait_for_boot(
-    state: "ClusterState", cluster: dict[str, Any], *, timeout_s: float, hint: Callable[[str], str]
+    state: "ClusterState", cluster: Cluster, *, timeout_s: float, hint: Callable[[str], str]
 ) -> dict[str, float]:
     """Every node ready, in parallel; returns seconds to ready per node. Raises on the first
     node that fails for good, naming it and where to look."""
-    nodes = cluster["nodes"]
+    nodes = cluster.nodes
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     stop = threading.Event()
-    pending: dict[str, str] = {n["name"]: "starting" for n in nodes}
+    pending: dict[str, str] = {n.name: "starting" for n in nodes}
     lock = threading.Lock()
     running = InFlight()
     spinner = ui.err.status("") if ui.err.is_terminal else None
 
     def show() -> None:
         if spinner:
-            waiting = ", ".join(f"{k.removeprefix(cluster['name'] + '-')}: {v}" for k, v in sorted(pending.items()))
+            waiting = ", ".join(f"{k.removeprefix(cluster.name + '-')}: {v}" for k, v in sorted(pending.items()))
             spinner.update(f"boot: {len(nodes) - len(pending)}/{len(nodes)} ready ({waiting})")
 
-    def one(node: dict[str, Any]) -> float:
+    def one(node: Node) -> float:
         def attempt() -> str:
             if stop.is_set():
                 raise Stopped
@@ -168,7 +169,7 @@ def wait_for_boot(
                 return classify(node, probe(state, cluster, node, deadline - time.monotonic(), running))
             except NotYet as e:
                 with lock:
-                    pending[node["name"]] = str(e)[:60]
+                    pending[node.name] = str(e)[:60]
                     show()
                 raise
 
@@ -183,21 +184,21 @@ def wait_for_boot(
                 with tried:
                     attempt()
         except RetryError:
-            reason = pending.get(node["name"], "")
+            reason = pending.get(node.name, "")
             raise OperationFailed(
-                f"{node['name']} did not come up within {timeout_s:.0f}s (last: {reason}); look at {hint(node['name'])}. "
+                f"{node.name} did not come up within {timeout_s:.0f}s (last: {reason}); look at {hint(node.name)}. "
                 f"`deployer up` again waits again"
             ) from None
         except KeyRefused:
             raise
         except OperationFailed as e:
-            raise OperationFailed(f"{e.message}; look at {hint(node['name'])}") from None
+            raise OperationFailed(f"{e.message}; look at {hint(node.name)}") from None
         elapsed = time.monotonic() - t0
         with lock:
-            pending.pop(node["name"], None)
+            pending.pop(node.name, None)
             show()
         if not spinner:
-            ui.info(f"  {node['name']} booted: SSH with its pinned key, cloud-init done ({elapsed:.1f}s)")
+            ui.info(f"  {node.name} booted: SSH with its pinned key, cloud-init done ({elapsed:.1f}s)")
         return elapsed
 
     if spinner:
@@ -205,7 +206,7 @@ def wait_for_boot(
         show()
     try:
         with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
-            futures = {pool.submit(one, n): n["name"] for n in nodes}
+            futures = {pool.submit(one, n): n.name for n in nodes}
             ready: dict[str, float] = {}
             try:
                 for f in as_completed(futures):

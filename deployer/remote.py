@@ -7,19 +7,17 @@ import shlex
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .cluster import Cluster, Node
 
 if TYPE_CHECKING:
     from .state import ClusterState
 
 
-def ssh_argv(state: "ClusterState", cluster: dict[str, Any], node: dict[str, Any], *, tty: bool = False) -> list[str]:
+def ssh_argv(state: "ClusterState", node: Node, *, tty: bool = False) -> list[str]:
     """ssh …options… <node name>: the destination last, so callers may add options before it."""
-    if not state.ssh_config.exists():  # a state dir from before ssh_config existed
-        from .boot import write_access
-
-        write_access(state, cluster)
-    return ["ssh", "-F", str(state.ssh_config), *(["-t"] if tty else []), node["name"]]
+    return ["ssh", "-F", str(state.ssh_config), *(["-t"] if tty else []), node.name]
 
 
 def login_shell(cmd: str) -> str:
@@ -65,8 +63,8 @@ def stream(argv: Sequence[str], *, timeout: float, on_line: Callable[[str], None
 class MasterRunner:
     """Runs one shell command on the master as the cluster user (deployer.bench's Runner)."""
 
-    def __init__(self, state: "ClusterState", cluster: dict[str, Any]):
-        self.argv = ssh_argv(state, cluster, cluster["nodes"][0])
+    def __init__(self, state: "ClusterState", cluster: Cluster):
+        self.argv = ssh_argv(state, cluster.master)
 
     def run(self, cmd: str, *, timeout: float, on_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
         return stream([*self.argv, login_shell(cmd)], timeout=timeout, on_line=on_line)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .cluster import Cluster, ClusterOutputError
 from .errors import LockedError, RecordError, UsageError
 
 RECORD_VERSION = 1
@@ -145,8 +146,19 @@ class ClusterState:
         data.pop("version")
         return data
 
-    def cluster(self) -> dict[str, Any] | None:
-        return self.read_record(self.cluster_file)
+    def cluster(self) -> Cluster | None:
+        """The `cluster` output of the last apply, typed (None before the first)."""
+        data = self.read_record(self.cluster_file)
+        if data is None:
+            return None
+        try:
+            return Cluster.parse(data)
+        except ClusterOutputError as e:
+            raise RecordError(f"{self.cluster_file}: {e.message}; delete it and run `deployer up` again (it is rewritten from "
+                              f"Terraform's state)") from None
+
+    def write_cluster(self, cluster: Cluster) -> None:
+        self.write_record(self.cluster_file, cluster.to_output())
 
     @property
     def cluster_id(self) -> str | None:

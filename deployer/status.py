@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import socket
 import threading
+from dataclasses import asdict, replace
 from typing import Any
 
 from . import drift, lifetime, terraform
-from .nodes import names, node_address
+from .cluster import Cluster
 from .providers import get_provider
 from .state import ClusterState
 
@@ -51,10 +52,10 @@ class _Probes:
     provider is asked what exists, and a probe of a node that turns out to be stopped is
     never waited for (an address with nobody behind it takes the whole timeout)."""
 
-    def __init__(self, cluster: dict[str, Any]):
+    def __init__(self, cluster: Cluster):
         self.results: dict[str, bool] = {}
-        self.threads = {n["name"]: threading.Thread(target=self._probe, args=(n["name"], node_address(cluster, n)), daemon=True)
-                        for n in cluster["nodes"]}
+        self.threads = {n.name: threading.Thread(target=self._probe, args=(n.name, n.address), daemon=True)
+                        for n in cluster.nodes}
         for t in self.threads.values():
             t.start()
 
@@ -67,18 +68,18 @@ class _Probes:
         return {n: self.results[n] for n in names}
 
 
-def _through_master(cluster: dict[str, Any], state: ClusterState, running: list[str], master_up: bool) -> dict[str, bool]:
+def _through_master(cluster: Cluster, state: ClusterState, running: list[str], master_up: bool) -> dict[str, bool]:
     """access: via_master — the workers probed from the master, in one SSH session."""
-    master = cluster["nodes"][0]
-    wanted = [n for n in cluster["nodes"] if n["name"] in running]
+    master = cluster.master
+    wanted = [n for n in cluster.nodes if n.name in running]
     if not master_up:
-        return {n["name"]: False for n in wanted}
-    probe = " ; ".join(f"(exec 3<>/dev/tcp/{n['private_ip']}/22) 2>/dev/null && echo {n['name']}" for n in wanted if n is not master)
+        return {n.name: False for n in wanted}
+    probe = " ; ".join(f"(exec 3<>/dev/tcp/{n.private_ip}/22) 2>/dev/null && echo {n.name}" for n in wanted if n is not master)
     from .remote import MasterRunner
 
     _, out, _ = MasterRunner(state, cluster).run(probe or "true", timeout=20)
     up = set(out.split())
-    return {n["name"]: (n is master or n["name"] in up) for n in wanted}
+    return {n.name: (n is master or n.name in up) for n in wanted}
 
 
 def status(state: ClusterState) -> dict[str, Any] | None:
@@ -89,24 +90,23 @@ def status(state: ClusterState) -> dict[str, Any] | None:
     if cluster is None or origin is None:
         return None
     provider_name, env = origin
-    direct = cluster.get("access") != "via_master"
-    probes = _Probes(cluster if direct else {**cluster, "nodes": cluster["nodes"][:1]})
-    seen = get_provider(provider_name).observe(state, env, names(cluster))
+    direct = cluster.access != "via_master"
+    probes = _Probes(cluster if direct else replace(cluster, nodes=(cluster.master,)))
+    seen = get_provider(provider_name).observe(state, env, cluster.names)
     running = [n for n, m in seen.nodes.items() if m.state == "running"]
     if direct:
         reach = probes.get(running)
     else:
-        master = cluster["nodes"][0]["name"]
+        master = cluster.master.name
         reach = _through_master(cluster, state, running, master in running and probes.get([master])[master])
     states = drift.node_states(cluster, seen, state.read_record(state.configured_file), reach)
     return {
-        "name": cluster["name"],
+        "name": cluster.name,
         "id": state.cluster_id,  # what the cloud's metadata and tags carry (origin.json)
-        "provider": cluster["provider"],
+        "provider": cluster.provider,
         "nodes": [
-            {k: n.get(k) for k in ("name", "role", "id", "private_ip", "public_ip", "gpus")}
-            | {"state": states[n["name"]], "reachable": reach.get(n["name"], False)}
-            for n in cluster["nodes"]
+            asdict(n) | {"state": states[n.name], "reachable": reach.get(n.name, False)}
+            for n in cluster.nodes
         ],
         "extra": seen.extra,
         "lifetime": lifetime_of(state),
@@ -133,7 +133,7 @@ def show(info: dict[str, Any]) -> None:
         t.add_column(col)
     for n in info["nodes"]:
         colour = "green" if n["state"] == "ok" else "red"
-        t.add_row(n["name"], n["role"], n["private_ip"], n["public_ip"] or "-", str(n["gpus"]), f"[{colour}]{n['state']}[/]")
+        t.add_row(n.name, n.role, n.private_ip, n.public_ip or "-", str(n.gpus), f"[{colour}]{n['state']}[/]")
     ui.out.print(t)
     life = info.get("lifetime")
     if life:

@@ -8,8 +8,12 @@ Terraform reads only the `cluster` output, so it never asks which cloud it is ta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from ..cluster import Cluster
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
@@ -48,6 +52,17 @@ class Repair:
     recreate: list[str] = field(default_factory=list)  # nodes Terraform must make anew (-replace)
 
 
+@dataclass
+class CloudCluster:
+    """A cluster the cloud knows by the metadata on its machines, whoever made it and
+    whether or not this machine has a state dir for it (what `gc --cloud` reads)."""
+
+    name: str
+    cluster_id: str
+    expires_at: datetime
+    servers: list[str] = field(default_factory=list)
+
+
 class Provider(Protocol):
     name: str
     description: str  # one phrase for up's first line: where the nodes will be
@@ -75,11 +90,11 @@ class Provider(Protocol):
         """Per node in `nodes`: running, stopped or missing, with its identity; plus what
         else of the cluster exists. Raises OperationFailed when it cannot tell."""
 
-    def repair(self, spec: "ClusterSpec", state: "ClusterState", cluster: dict[str, Any], seen: Observation) -> Repair:
+    def repair(self, spec: "ClusterSpec", state: "ClusterState", cluster: Cluster, seen: Observation) -> Repair:
         """Bring back what the record holds but the host or an operator took away: start
         stopped nodes, restore the network; name the missing nodes Terraform must recreate."""
 
-    def place(self, spec: "ClusterSpec", state: "ClusterState", cluster: dict[str, Any]) -> str | None:
+    def place(self, spec: "ClusterSpec", state: "ClusterState", cluster: Cluster) -> str | None:
         """Settings that follow the cluster's machines, after Terraform (local: each node's
         cores; OpenStack: the teardown credential naming the servers); returns a line for
         the user, or None."""
@@ -87,6 +102,20 @@ class Provider(Protocol):
     def forget(self, state: "ClusterState", env: dict[str, str]) -> None:
         """After a destroy that left nothing: revoke what the provider made outside
         Terraform for the cluster (OpenStack: the teardown credential)."""
+
+    def inventory_vars(self, spec: "ClusterSpec", state: "ClusterState", cluster: Cluster) -> dict[str, Any]:
+        """Group variables only this provider's roles read (OpenStack: the master's teardown
+        timer), with every key present whatever the provider."""
+
+    def expired_in_cloud(self, env: dict[str, str], at: datetime) -> list[CloudCluster]:
+        """Every cluster in the project whose machines carry an expiry before `at`, one per
+        cluster id (local: none; containers carry no expiry of their own)."""
+
+    def delete_from_cloud(self, env: dict[str, str], found: CloudCluster, *, say: Callable[[str], None],
+                          expired_at: datetime) -> list[str]:
+        """Delete a cluster by its id in the cloud's metadata, with no state dir: what was
+        deleted. NoLongerExpired when it was extended since it was listed; OperationFailed
+        when something is left."""
 
     def boot_log_hint(self, node: str) -> str:
         """Where to look when `node` never answers SSH or cloud-init fails (a console-log command)."""

@@ -15,11 +15,14 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..cluster import Cluster
 from ..errors import PreflightError
-from .base import Machine, Observation, Repair
+from .base import CloudCluster, Machine, Observation, Repair
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
@@ -133,7 +136,7 @@ class LocalProvider:
         claim_name(spec.name, state.dir)
         self._refuse_foreign(state)
         existing = state.cluster()
-        running = len(existing["nodes"]) if existing else 0
+        running = len(existing.nodes) if existing else 0
         need = (spec.nodes - running) * spec.local.memory_mb
         have = _mem_available_mb() - HOST_RESERVE_MB
         if need > have:
@@ -232,7 +235,7 @@ class LocalProvider:
                 other.append(f"nftables table ip {lxc.nft_table(state.name)}")
         return Observation(nodes=seen, extra=sorted(set(found) - set(nodes)), other=other)
 
-    def repair(self, spec: "ClusterSpec", state: "ClusterState", cluster: dict[str, Any], seen: Observation) -> Repair:
+    def repair(self, spec: "ClusterSpec", state: "ClusterState", cluster: Cluster, seen: Observation) -> Repair:
         """Bring back what a host reboot takes (the bridge, the firewall table, running
         containers). The table is rewritten every time, so a changed local.access applies
         to a running cluster. A missing container goes back to Terraform: recreated, it
@@ -242,31 +245,31 @@ class LocalProvider:
         v = self.tfvars(spec, state)
         net = ipaddress.IPv4Network(v["subnet"])
         gateway = net.network_address + 1
-        only_master = cluster["nodes"][0]["private_ip"] if v["access"] == "via_master" else None
+        only_master = cluster.master.private_ip if v["access"] == "via_master" else None
         lxc.network_up(spec.name, bridge_name(spec.name), str(net), f"{gateway}/{net.prefixlen}", only_master)
         fix = Repair()
-        for n in cluster["nodes"]:
-            machine = seen.nodes.get(n["name"], Machine("missing"))
+        for n in cluster.nodes:
+            machine = seen.nodes.get(n.name, Machine("missing"))
             if machine.state == "missing":
-                fix.recreate.append(n["name"])
+                fix.recreate.append(n.name)
             elif machine.state == "stopped":
-                fix.started.append(n["name"])
-                lxc.node_up(n["name"], f"{n['private_ip']}/{net.prefixlen}", str(gateway), bridge_name(spec.name),
-                            f"{v['shared_host_dir']}:{v['shared_dir']}", v["memory_mb"], state.boot_dir / f"{n['name']}.user-data",
+                fix.started.append(n.name)
+                lxc.node_up(n.name, f"{n.private_ip}/{net.prefixlen}", str(gateway), bridge_name(spec.name),
+                            f"{v['shared_host_dir']}:{v['shared_dir']}", v["memory_mb"], state.boot_dir / f"{n.name}.user-data",
                             cluster_id=state.cluster_id)
         return fix
 
-    def place(self, spec: "ClusterSpec", state: "ClusterState", cluster: dict[str, Any]) -> str | None:
+    def place(self, spec: "ClusterSpec", state: "ClusterState", cluster: Cluster) -> str | None:
         """Cores of its own for each node when this machine has at least one per node,
         so nodes do not fight over cores and E(N) measures communication; else all share."""
         from . import lxc
 
         cpus = sorted(os.sched_getaffinity(0))
-        plan = lxc.pin_cpus([n["name"] for n in cluster["nodes"]], cpus)
+        plan = lxc.pin_cpus([n.name for n in cluster.nodes], cpus)
         if plan:
-            pairs = ", ".join(f"{node['name']}: {cores}" for node, cores in zip(cluster["nodes"], plan, strict=True))
+            pairs = ", ".join(f"{node.name}: {cores}" for node, cores in zip(cluster.nodes, plan, strict=True))
             return f"cores: each node has its own ({pairs})"
-        return f"cores: the {len(cluster['nodes'])} nodes share this machine's {len(cpus)} (fewer cores than nodes)"
+        return f"cores: the {len(cluster.nodes)} nodes share this machine's {len(cpus)} (fewer cores than nodes)"
 
     def tfvars(self, spec: "ClusterSpec", state: "ClusterState", checked: Any = None) -> dict[str, Any]:
         return {
@@ -289,6 +292,17 @@ class LocalProvider:
     def forget(self, state: "ClusterState", env: dict[str, str]) -> None:
         """Nothing outside Terraform to revoke locally; the name is free again."""
         release_name(state.name, state.dir)
+
+    def inventory_vars(self, spec: "ClusterSpec", state: "ClusterState", cluster: Cluster) -> dict[str, Any]:
+        return {"deployer_auto_teardown": False, "deployer_teardown_credential_id": None, "deployer_teardown_server_id": None,
+                "deployer_teardown_worker_ids": []}
+
+    def expired_in_cloud(self, env: dict[str, str], at: datetime) -> list[CloudCluster]:
+        return []  # a container carries no expiry: the state dir's lifetime.json is the only one
+
+    def delete_from_cloud(self, env: dict[str, str], found: CloudCluster, *, say: Callable[[str], None],
+                          expired_at: datetime) -> list[str]:
+        raise NotImplementedError("local clusters are found through their state dir only")
 
     def boot_log_hint(self, node: str) -> str:
         from . import lxc

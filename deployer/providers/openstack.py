@@ -8,13 +8,17 @@ keeps openstacksdk out of import time (openstack_preflight imports it lazily).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import terraform, ui
+from ..cluster import Cluster
 from ..credentials import write_secret
 from ..errors import OperationFailed
-from .base import Observation, Repair
+from .base import CloudCluster, Observation, Repair
+from .openstack_teardown import CLUSTER_ID_KEY, CLUSTER_KEY, expiry
 
 if TYPE_CHECKING:
     from ..spec import ClusterSpec
@@ -122,12 +126,36 @@ class OpenStackProvider:
             ui.warn(f"{e}; it expires by itself at {record['expires_at']} "
                     f"(or: openstack application credential delete {record['name']})")
 
+    def inventory_vars(self, spec: ClusterSpec, state: ClusterState, cluster: Cluster) -> dict[str, Any]:
+        # The master's own teardown at expiry (roles/teardown_timer): the credential's id
+        # is here (not its secret) so that a renewed credential reconfigures the master.
+        # Node ids only with auto_teardown: an id in the inventory would make every
+        # replaced node a reason to reconfigure all of them (drift.py).
+        on = spec.openstack.auto_teardown
+        return {
+            "deployer_auto_teardown": on,
+            "deployer_teardown_credential_id": (read_teardown_credential(state) or {}).get("id") if on else None,
+            "deployer_teardown_server_id": cluster.master.id if on else None,
+            "deployer_teardown_worker_ids": [n.id for n in cluster.workers] if on else [],
+        }
+
+    def expired_in_cloud(self, env: dict[str, str], at: datetime) -> list[CloudCluster]:
+        from .openstack_observe import deployer_servers
+
+        return expired_clusters(deployer_servers(env), at)
+
+    def delete_from_cloud(self, env: dict[str, str], found: CloudCluster, *, say: Callable[[str], None],
+                          expired_at: datetime) -> list[str]:
+        from .openstack_delete import delete_cluster
+
+        return delete_cluster(env, found.name, found.cluster_id, say=say, expired_at=expired_at)
+
     def observe(self, state: ClusterState, env: dict[str, str], nodes: list[str]) -> Observation:
         from .openstack_observe import observe
 
         return observe(state.name, _cluster_id(state), env, nodes)
 
-    def repair(self, spec: ClusterSpec, state: ClusterState, cluster: dict[str, Any], seen: Observation) -> Repair:
+    def repair(self, spec: ClusterSpec, state: ClusterState, cluster: Cluster, seen: Observation) -> Repair:
         """Start what an operator stopped. A deleted server needs nothing here: Terraform's
         refresh sees it gone and makes it anew (a new server id: it is configured again)."""
         from .openstack_observe import start
@@ -137,7 +165,7 @@ class OpenStackProvider:
             start(spec.name, self.terraform_env(spec), [seen.nodes[n].id for n in stopped if seen.nodes[n].id])
         return Repair(started=stopped)
 
-    def place(self, spec: ClusterSpec, state: ClusterState, cluster: dict[str, Any]) -> str | None:
+    def place(self, spec: ClusterSpec, state: ClusterState, cluster: Cluster) -> str | None:
         """After Terraform: the master's teardown credential (openstack.auto_teardown),
         whose access rules name each of this cluster's servers. Made anew when the servers
         change (scale, a replaced node) or the cluster now outlives it, then the old one
@@ -148,7 +176,7 @@ class OpenStackProvider:
         life = state.read_record(state.lifetime_file)
         env = self.terraform_env(spec)
         if spec.openstack.auto_teardown and life:
-            server_ids = [n["id"] for n in cluster["nodes"]]  # the master first
+            server_ids = [n.id for n in cluster.nodes]  # the master first
             if not appcred.needs_new(record, life["expires_at"], server_ids):
                 return None
             made = appcred.create(env, spec.name, life["expires_at"], server_ids)
@@ -196,6 +224,21 @@ class OpenStackProvider:
         if checked is not None and checked.flavor == spec.openstack.flavor:
             return checked.gpus_per_node
         return max(1, spec.gpus_per_node)
+
+
+def expired_clusters(servers: list[Any], at: datetime) -> list[CloudCluster]:
+    """Clusters whose servers carry an expiry before `at` (server records: `.name` and
+    `.metadata`), one per cluster id, expired by its earliest server's expiry."""
+    found: dict[str, CloudCluster] = {}
+    for s in servers:
+        meta = s.metadata or {}
+        cluster_id, when = meta.get(CLUSTER_ID_KEY), expiry(s)
+        if not cluster_id or when is None or when > at:
+            continue
+        c = found.setdefault(cluster_id, CloudCluster(meta.get(CLUSTER_KEY) or "?", cluster_id, when))
+        c.servers.append(s.name)
+        c.expires_at = min(c.expires_at, when)
+    return sorted(found.values(), key=lambda c: (c.name, c.cluster_id))
 
 
 def _cluster_id(state: ClusterState) -> str | None:

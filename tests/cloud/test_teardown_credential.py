@@ -6,11 +6,13 @@ whose clouds.yaml logs in with an application credential."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
 import yaml
 
+from deployer.cluster import Cluster
 from deployer.errors import PreflightError
 from deployer.lifetime import iso, now, parse_iso
 from deployer.providers import openstack_preflight as pf
@@ -19,6 +21,7 @@ from deployer.providers.openstack_teardown import main as teardown_main
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 
+from ..clusters import typed
 from . import module_resources
 from .test_preflight import make_spec
 
@@ -39,9 +42,9 @@ def _state(tmp_path, cluster: str, expires: str) -> ClusterState:
     return st
 
 
-def _cluster(made) -> dict:
+def _cluster(made) -> Cluster:
     """The `cluster` output's nodes, as the provider reads them after apply."""
-    return {"nodes": [{"name": n, "id": s.id} for n, s in made.servers.items()]}
+    return typed({"nodes": [{"name": n, "id": s.id} for n, s in made.servers.items()]})
 
 
 def _creds(conn) -> dict[str, object]:
@@ -71,8 +74,8 @@ def test_made_kept_renewed_and_revoked(os_env, own_project, tmp_path, cluster_na
     cred = _creds(own_project)[first["id"]]
     assert cred.unrestricted is False and first["expires_at"] == iso(parse_iso(expires) + timedelta(days=1))
     rules = {(r["method"], r["path"]) for r in cred.access_rules}
-    for node in cluster["nodes"]:  # each server by its id, behind the cloud's /compute prefix
-        assert {("GET", f"/compute/v2.1/servers/{node['id']}"), ("DELETE", f"/compute/v2.1/servers/{node['id']}")} <= rules
+    for node in cluster.nodes:  # each server by its id, behind the cloud's /compute prefix
+        assert {("GET", f"/compute/v2.1/servers/{node.id}"), ("DELETE", f"/compute/v2.1/servers/{node.id}")} <= rules
     assert not any(p.endswith(("/servers/detail", "/servers/*", "/servers")) for _, p in rules), "no listing, no wildcard"
 
     assert provider.place(_spec(cluster_name), st, cluster) is None  # nothing changed: the same credential
@@ -86,10 +89,10 @@ def test_made_kept_renewed_and_revoked(os_env, own_project, tmp_path, cluster_na
     assert second["id"] != first["id"] and set(_creds(own_project)) == {second["id"]}
 
     # Scale: another set of servers, another credential.
-    cluster["nodes"] = cluster["nodes"][:1]
+    cluster = dataclasses.replace(cluster, nodes=cluster.nodes[:1])
     provider.place(_spec(cluster_name), st, cluster)
     third = read_teardown_credential(st)
-    assert third["server_ids"] == [cluster["nodes"][0]["id"]] and set(_creds(own_project)) == {third["id"]}
+    assert third["server_ids"] == [cluster.master.id] and set(_creds(own_project)) == {third["id"]}
 
     provider.place(_spec(cluster_name, auto=False), st, cluster)  # switched off: revoked, forgotten
     assert _creds(own_project) == {} and read_teardown_credential(st) is None
@@ -173,7 +176,7 @@ def test_an_unrestricted_application_credential_may_make_the_teardown_credential
     _login_credential(os_env, own_project, unrestricted=True)
     pf.check(make_spec(cluster_name, ttl="8h", auto_teardown=True))
     st = _state(tmp_path, cluster_name, at(8))
-    OpenStackProvider().place(_spec(cluster_name), st, {"nodes": [{"name": f"{cluster_name}-master", "id": "0" * 32}]})
+    OpenStackProvider().place(_spec(cluster_name), st, typed({"nodes": [{"name": f"{cluster_name}-master", "id": "0" * 32}]}))
     assert read_teardown_credential(st)["name"].startswith(f"deployer-{cluster_name}-teardown-")
 
 
@@ -195,7 +198,7 @@ def test_before_the_expiry_or_for_another_server_the_timer_deletes_nothing(os_en
 
 def test_down_revokes_the_credential(os_env, own_project, tmp_path, cluster_name):
     st = _state(tmp_path, cluster_name, at(8))
-    OpenStackProvider().place(_spec(cluster_name), st, {"nodes": [{"name": f"{cluster_name}-master", "id": "0" * 32}]})
+    OpenStackProvider().place(_spec(cluster_name), st, typed({"nodes": [{"name": f"{cluster_name}-master", "id": "0" * 32}]}))
     assert len(_creds(own_project)) == 1
     OpenStackProvider().forget(st, {"OS_CLOUD": "testcloud"})
     assert _creds(own_project) == {}

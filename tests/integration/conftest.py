@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from deployer.cluster import Cluster as ClusterOutput
+
 NAME = "itest"
 SUBNET = "10.79.0.0/24"
 NODES = 3
@@ -43,8 +45,9 @@ class Cluster:
     def state(self) -> Path:
         return self.workdir / ".deployer" / self.name
 
-    def cluster_output(self) -> dict:
-        return json.loads((self.state / "cluster.json").read_text())
+    def cluster_output(self) -> ClusterOutput:
+        """The cluster as `up` recorded it (typed, as every verb reads it)."""
+        return ClusterOutput.parse(json.loads((self.state / "cluster.json").read_text()))
 
 
 def _why_not() -> str | None:
@@ -107,6 +110,6 @@ def live_cluster(local_cluster) -> LiveCluster:
     p = local_cluster.deployer(*BENCH_ARGS, timeout=1800)
     assert p.returncode == 0, f"deployer bench failed:\n{p.stderr[-4000:]}"
     report = json.loads(p.stdout)
-    master_ip = local_cluster.cluster_output()["nodes"][0]["private_ip"]
+    master_ip = local_cluster.cluster_output().master.private_ip
     # Locally this machine sits on the cluster bridge, so Prometheus is reachable directly.
     return LiveCluster(local_cluster, report, report["run_id"], f"http://{master_ip}:9090", bench_stderr=p.stderr)

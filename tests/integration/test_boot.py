@@ -38,7 +38,7 @@ def test_the_user_data_made_the_user_and_the_host_key(local_cluster):
 
 def test_host_reaches_only_the_master(local_cluster):
     out = local_cluster.cluster_output()
-    worker_ip = out["nodes"][1]["private_ip"]
+    worker_ip = out.workers[0].private_ip
     key = local_cluster.state / "ssh" / "id_ed25519"
     direct = subprocess.run(
         ["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "StrictHostKeyChecking=no",

@@ -46,9 +46,9 @@ def _connect(where: list[str], ip: str, port: int) -> int:
 
 
 def test_other_networks_cannot_open_connections_into_the_cluster(local_cluster, outside):
-    master = local_cluster.cluster_output()["nodes"][0]
+    master = local_cluster.cluster_output().master
     in_ns = ["ip", "netns", "exec", NS]
-    assert _connect([], master["private_ip"], 22) == 0  # the master's sshd answers the host
+    assert _connect([], master.private_ip, 22) == 0  # the master's sshd answers the host
     # The master may open a connection out to that network (forwarded, new): allowed, and
     # its replies come back through the host: forwarding works both ways.
     listener = subprocess.Popen([*in_ns, sys.executable, "-c",
@@ -61,14 +61,14 @@ def test_other_networks_cannot_open_connections_into_the_cluster(local_cluster, 
     finally:
         listener.kill()
     # From that network to the master's sshd (forwarded, new): dropped.
-    assert _connect(in_ns, master["private_ip"], 22) != 0
+    assert _connect(in_ns, master.private_ip, 22) != 0
 
 
 def test_the_cluster_key_logs_in_from_the_cluster_network_only(local_cluster):
     # The mesh key pair is on every node; authorised with from="<cluster network>", a copy
     # taken from a worker is no login elsewhere. From the master: to a worker over the
     # cluster network it works; to itself over loopback (outside that network) it does not.
-    worker = local_cluster.cluster_output()["nodes"][1]["private_ip"]
+    worker = local_cluster.cluster_output().workers[0].private_ip
     ok = local_cluster.deployer("ssh", "master", "--", "ssh", "-o", "BatchMode=yes", worker, "true", timeout=60)
     assert ok.returncode == 0, ok.stderr
     refused = local_cluster.deployer("ssh", "master", "--", "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
@@ -76,4 +76,4 @@ def test_the_cluster_key_logs_in_from_the_cluster_network_only(local_cluster):
     assert refused.returncode == 255 and "Permission denied" in refused.stderr, refused.stderr
     keys = local_cluster.deployer("ssh", "master", "--", "cat", ".ssh/authorized_keys", timeout=60).stdout
     assert [line for line in keys.splitlines() if line.endswith("-mesh")] == [
-        line for line in keys.splitlines() if line.startswith(f'from="{local_cluster.cluster_output()["cluster_cidr"]}" ')]
+        line for line in keys.splitlines() if line.startswith(f'from="{local_cluster.cluster_output().cluster_cidr}" ')]

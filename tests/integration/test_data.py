@@ -29,7 +29,7 @@ def test_digits_are_fetched_once_onto_the_shared_storage(local_cluster):
     assert again.returncode == 0 and json.loads(again.stdout)["fetched"] is False
     assert "already on the cluster" in again.stderr and "copied" not in again.stderr
     # every node reads it: the worker's view of /shared is the same files
-    worker = local_cluster.cluster_output()["nodes"][1]["name"]
+    worker = local_cluster.cluster_output().workers[0].name
     p = local_cluster.deployer("ssh", worker, "--", "sha256sum /shared/datasets/digits/train.bin")
     assert p.returncode == 0 and p.stdout.split()[0] == json.loads((on_host / "dataset.json").read_text())["files"]["train.bin"]["sha256"]
 

@@ -105,7 +105,7 @@ def test_plain_rerun_skips_unchanged_configuration(local_cluster):
 def test_scale_in_without_yes_is_refused_and_changes_nothing(local_cluster):
     p = local_cluster.deployer("up", "--nodes", "2")
     assert p.returncode == 2 and "would destroy itest-worker-2" in p.stderr
-    assert len(local_cluster.cluster_output()["nodes"]) == 3
+    assert len(local_cluster.cluster_output().nodes) == 3
 
 
 def test_second_verb_is_locked_out(local_cluster):

@@ -101,7 +101,7 @@ def test_the_pushgateway_takes_a_push_from_the_cluster_network_only_with_the_log
     """A worker is on the cluster network, where the Pushgateway listens: without the
     deployer's login its push (or delete) is refused (401); the login the state dir holds works."""
     c = live_cluster.cluster
-    master = c.cluster_output()["nodes"][0]["private_ip"]
+    master = c.cluster_output().master.private_ip
     url = f"http://{master}:9091/metrics/job/intruder"
     login = "deployer:" + (c.state / "secrets" / "pushgateway_password").read_text().strip()
 

@@ -47,7 +47,7 @@ def test_the_export_is_written_on_a_debian_node(local_cluster, tmp_path):
         result = run_playbook(local_cluster.state / "inventory" / "hosts.yml", tmp_path / "run", playbook=str(play), limit=[host])
         assert not result.failures, result.failures
         text = ssh("cat", "/etc/exports.d/deployer.exports").stdout
-        cidr = local_cluster.cluster_output()["cluster_cidr"]
+        cidr = local_cluster.cluster_output().cluster_cidr
         assert f"/shared {cidr}(rw,sync,no_subtree_check,root_squash)" in text, text
     finally:  # the shared cluster's node as it was
         ssh("sh", "-c", "DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq nfs-kernel-server >/dev/null; rm -rf /etc/exports.d")

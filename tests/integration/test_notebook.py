@@ -86,7 +86,7 @@ def test_the_password_is_a_0600_secret_and_never_in_a_log(local_cluster, passwor
 
 
 def test_jupyterlab_listens_on_the_masters_loopback_only(local_cluster):
-    master_ip = local_cluster.cluster_output()["nodes"][0]["private_ip"]
+    master_ip = local_cluster.cluster_output().master.private_ip
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection((master_ip, 8888), timeout=5).close()
     p = local_cluster.deployer("ssh", "--", "ss", "-Hltn", "sport = :8888")
@@ -122,7 +122,7 @@ def test_a_notebook_cell_runs_mpirun_across_every_node(tunnel, driver, password,
     desc, _ = tunnel
     driver.delete_all_cookies()
     assert browser.log_in(driver, desc["url"], password), f"login failed at {driver.current_url}"
-    nodes = [n["name"] for n in local_cluster.cluster_output()["nodes"]]
+    nodes = local_cluster.cluster_output().names
     code = f"!mpirun -np {len(nodes)} --hostfile /shared/hostfile hostname"
     output = browser.run_in_new_notebook(driver, code, until_text=nodes)
     shot = browser.screenshot(driver, ARTEFACTS / "jupyterlab-mpirun.png")

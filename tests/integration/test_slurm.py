@@ -144,7 +144,7 @@ def test_a_queued_bench_says_what_it_waits_for_and_ctrl_c_cancels_it(slurm_clust
 
 def prometheus_query(cluster, expr: str) -> list[dict]:
     """Ask the master's Prometheus, on the master (it listens on the cluster address only)."""
-    master_ip = cluster.cluster_output()["nodes"][0]["private_ip"]
+    master_ip = cluster.cluster_output().master.private_ip
     out = on_master(cluster, f"curl -s --fail --data-urlencode query={shlex.quote(expr)} http://{master_ip}:9090/api/v1/query")
     return json.loads(out)["data"]["result"]
 

@@ -4,14 +4,15 @@
 from pathlib import Path
 
 from deployer.bench_failure import diagnose, untag
-from deployer.nodes import rank_nodes
+
+from ..clusters import typed
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bench"
-CLUSTER = {"nodes": [
+CLUSTER = typed({"nodes": [
     {"name": "b11-master", "private_ip": "10.77.0.10", "gpus": 0},
     {"name": "b11-worker-1", "private_ip": "10.77.0.11", "gpus": 0},
     {"name": "b11-worker-2", "private_ip": "10.77.0.12", "gpus": 0},
-]}
+]})
 
 
 def recorded(name: str) -> tuple[str, str]:
@@ -30,23 +31,23 @@ def test_untag():
 
 def test_a_rank_killed_by_a_signal_is_named_with_its_node():
     out, err = recorded("mpirun_rank_killed.txt")
-    why = diagnose(137, out, err, rank_nodes(CLUSTER, 2), 1800)
+    why = diagnose(137, out, err, CLUSTER.rank_nodes(2), 1800)
     assert why.startswith("rank 1 on b11-worker-1 was killed by signal 9 (Killed)"), why
     assert "timed out" not in why  # 137 here is the rank's SIGKILL, not timeout's
 
 
 def test_a_rank_exception_is_named_with_its_last_words():
     out, err = recorded("mpirun_rank_exception.txt")
-    why = diagnose(1, out, err, rank_nodes(CLUSTER, 2), 1800)
+    why = diagnose(1, out, err, CLUSTER.rank_nodes(2), 1800)
     assert why == "rank 1 on b11-worker-1 failed with exit code 1: ValueError: boom: rank 1 gave up"
 
 
 def test_timeout():
-    assert diagnose(124, "", "", rank_nodes(CLUSTER, 3), 600).startswith("timed out after 600s")
+    assert diagnose(124, "", "", CLUSTER.rank_nodes(3), 600).startswith("timed out after 600s")
 
 
 def test_ranks_follow_the_slots():
-    gpu = {"nodes": [{"name": "m", "gpus": 2}, {"name": "w", "gpus": 2}]}
-    assert [n["name"] for n in rank_nodes(gpu, 2)] == ["m", "m", "w", "w"]
+    gpu = typed({"nodes": [{"name": "m", "gpus": 2}, {"name": "w", "gpus": 2}]})
+    assert [n.name for n in gpu.rank_nodes(2)] == ["m", "m", "w", "w"]
     assert "rank 3 on w failed" in diagnose(1, "", "[1,3]<stderr>:Traceback (most recent call last):\n[1,3]<stderr>:OSError: disk\n",
-                                           rank_nodes(gpu, 2), 60)
+                                           gpu.rank_nodes(2), 60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -9,13 +10,14 @@ import shlex
 import pytest
 
 from deployer import bench
+from deployer.cluster import Cluster
 from deployer.errors import UsageError
 
 
-def cluster(n: int = 3, gpus: int = 0, user: str = "root") -> dict:
+def cluster(n: int = 3, gpus: int = 0, user: str = "root") -> Cluster:
     nodes = [{"name": f"demo-{'master' if i == 0 else f'worker-{i}'}", "role": "master" if i == 0 else "worker",
               "private_ip": f"10.10.0.{10 + i}", "public_ip": None, "gpus": gpus} for i in range(n)]
-    return {"name": "demo", "provider": "local", "ssh_user": user, "shared_dir": "/shared", "nodes": nodes}
+    return Cluster.parse({"name": "demo", "provider": "local", "ssh_user": user, "shared_dir": "/shared", "nodes": nodes})
 
 
 @pytest.mark.parametrize("text,size,expect", [
@@ -151,13 +153,13 @@ def test_unknown_profile_names_the_choices():
 
 
 def test_threads_per_rank_for_nodes_sharing_cores():
-    shared = {**cluster(3), "shared_cpus": 2}
+    shared = dataclasses.replace(cluster(3), shared_cpus=2)
     o = bench.make_options(shared, nodes="1,2,3")
     assert o.threads == 1  # 3 ranks on 2 cores: one thread each, at every N
     assert bench.resnet_args(o, "dp")[-2:] == ["--threads", "1"]
     assert bench.cpu_sharing(shared, o) == {"shared_cpus": 2, "threads_per_rank": 1,
                                             "efficiency_ceiling": {"1": 1.0, "2": 1.0, "3": 0.667}}
-    big = {**cluster(3), "shared_cpus": 16}
+    big = dataclasses.replace(cluster(3), shared_cpus=16)
     assert bench.make_options(big, nodes="1,2").threads == 8
     assert bench.make_options(big, nodes="1,2", threads=3).threads == 3  # asked for
     # Nodes with their own CPUs: the benchmark sizes itself, nothing to report.
@@ -171,10 +173,10 @@ def test_threads_per_rank_for_nodes_sharing_cores():
 
 
 def test_net_pairs_every_pair_up_to_eight_then_a_ring():
-    three = [(a["name"], b["name"]) for a, b in bench.net_pairs(cluster(3))]
+    three = [(a.name, b.name) for a, b in bench.net_pairs(cluster(3))]
     assert three == [("demo-master", "demo-worker-1"), ("demo-master", "demo-worker-2"), ("demo-worker-1", "demo-worker-2")]
     assert len(bench.net_pairs(cluster(8))) == 28
-    ring = [(a["name"], b["name"]) for a, b in bench.net_pairs(cluster(10))]
+    ring = [(a.name, b.name) for a, b in bench.net_pairs(cluster(10))]
     assert len(ring) == 10 and ring[-1] == ("demo-worker-9", "demo-master")
 
 

@@ -3,6 +3,7 @@ and NCCL's warnings logged per rank into the run dir; CPU runs keep their comman
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import asdict
 
@@ -10,12 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from deployer import bench, bench_report, cli
+from deployer.cluster import Cluster
 
 
-def cluster(n: int = 2, gpus: int = 0) -> dict:
+def cluster(n: int = 2, gpus: int = 0) -> Cluster:
     nodes = [{"name": f"demo-{'master' if i == 0 else f'worker-{i}'}", "role": "master" if i == 0 else "worker",
               "private_ip": f"10.10.0.{10 + i}", "public_ip": None, "gpus": gpus} for i in range(n)]
-    return {"name": "demo", "provider": "openstack", "ssh_user": "ubuntu", "shared_dir": "/shared", "nodes": nodes}
+    return Cluster.parse({"name": "demo", "provider": "openstack", "ssh_user": "ubuntu", "shared_dir": "/shared", "nodes": nodes})
 
 
 # ---- AMP and channels_last: auto by the hardware, flags win -----------------------------------
@@ -54,7 +56,7 @@ def test_explicit_flags_win_either_way(gpus, asked, want, auto):
 
 def test_one_gpu_node_is_a_gpu_cluster():
     c = cluster(2)
-    c["nodes"][1]["gpus"] = 1
+    c = dataclasses.replace(c, nodes=(c.master, dataclasses.replace(c.workers[0], gpus=1)))
     assert bench.has_gpus(c) and bench.make_options(c, nodes="1").amp
 
 
@@ -114,7 +116,7 @@ def test_cpu_runs_have_no_nccl_debug():
 def test_the_nccl_log_copy_lists_only_non_empty_logs_of_this_run(tmp_path):
     import subprocess
 
-    c = {**cluster(1, gpus=1), "shared_dir": str(tmp_path)}
+    c = dataclasses.replace(cluster(1, gpus=1), shared_dir=str(tmp_path))
     d = tmp_path / "bench" / "r1"
     d.mkdir(parents=True)
     (d / "nccl.host-a.11.log").write_text("host-a:11:12 [0] NCCL WARN something")  # no final newline
@@ -123,6 +125,6 @@ def test_the_nccl_log_copy_lists_only_non_empty_logs_of_this_run(tmp_path):
     p = subprocess.run(["bash", "-c", bench.nccl_logs_cmd(c, "r1")], capture_output=True, text=True, check=True)
     assert [ln for ln in p.stdout.splitlines() if ln.startswith("==> ")] == ["==> nccl.host-a.11.log <==", "==> nccl.host-c.13.log <=="]
     assert "NCCL WARN something" in p.stdout and "host-b" not in p.stdout
-    empty = subprocess.run(["bash", "-c", bench.nccl_logs_cmd({**c, "shared_dir": str(tmp_path / "none")}, "r1")],
+    empty = subprocess.run(["bash", "-c", bench.nccl_logs_cmd(dataclasses.replace(c, shared_dir=str(tmp_path / "none")), "r1")],
                            capture_output=True, text=True)
     assert empty.returncode == 0 and empty.stdout == ""

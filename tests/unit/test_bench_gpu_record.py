@@ -18,6 +18,7 @@ import pytest
 from rich.console import Console
 
 from deployer import bench, bench_report, bench_schema
+from deployer.cluster import Cluster
 from deployer.errors import OperationFailed
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bench"
@@ -171,10 +172,10 @@ class ReplayRunner:
 def gpu_replay(tmp_path):
     shared = str(tmp_path / "shared")
     fixture = json.loads(json.dumps(DERIVED).replace("{shared}", shared))
-    return fixture["cluster"], ReplayRunner(fixture["calls"]), shared
+    return Cluster.parse(fixture["cluster"]), ReplayRunner(fixture["calls"]), shared
 
 
-def sweep_options(cluster: dict) -> bench.BenchOptions:
+def sweep_options(cluster: Cluster) -> bench.BenchOptions:
     return bench.make_options(cluster, nodes="1,2", model="resnet50", batch_size=32, image_size=224,
                               num_warmup_batches=1, num_batches_per_iter=2, num_iters=2,
                               allreduce_min="1K", allreduce_max="16K", run_timeout_s=300, net=True)
@@ -222,7 +223,8 @@ def test_the_cpu_sweep_sends_no_nccl_settings_and_copies_no_logs(tmp_path):
     shared = str(tmp_path / "shared")
     fixture = json.loads(json.dumps(RECORDED).replace("{shared}", shared))
     runner = ReplayRunner(fixture["calls"])
-    rep = bench.run_bench(runner, fixture["cluster"], sweep_options(fixture["cluster"]), "run1", tmp_path / "out")
+    cluster = Cluster.parse(fixture["cluster"])
+    rep = bench.run_bench(runner, cluster, sweep_options(cluster), "run1", tmp_path / "out")
     assert runner.calls == [] and not any("NCCL_DEBUG" in c or "nccl.*.log" in c for c in runner.commands)
     assert rep["versions"]["nccl_debug"] is None and rep["files"]["nccl_logs"] is None and rep["reference"] is None
     assert not any("--amp" in c or "--channels-last" in c for c in runner.commands)

@@ -186,7 +186,9 @@ def fake_cluster(tmp_path):
     nodes = [{"name": "t-master", "role": "master", "private_ip": "127.0.0.1", "public_ip": None, "gpus": 0},
              {"name": "t-worker-1", "role": "worker", "private_ip": "127.0.0.2", "public_ip": None, "gpus": 0}]
     user = "root" if os.geteuid() == 0 else os.environ.get("USER", "user")
-    cl = {"name": "t", "provider": "local", "ssh_user": user, "shared_dir": str(shared), "nodes": nodes}
+    from deployer.cluster import Cluster
+
+    cl = Cluster.parse({"name": "t", "provider": "local", "ssh_user": user, "shared_dir": str(shared), "nodes": nodes})
     return cl, LocalRunner(bin_dir)
 
 
@@ -214,7 +216,7 @@ def test_sweep_on_fake_cluster(fake_cluster, tmp_path):
         (pair,) = rep["network"]["pairs"]
         assert (pair["src"], pair["dst"]) == ("t-master", "t-worker-1") and pair["gbit_s"] > 0
         assert rep["network"]["slowest"] == pair
-    assert (Path(cl["shared_dir"]) / "bench" / "run1" / "hostfile.1").read_text() == "127.0.0.1 slots=1\n"
+    assert (Path(cl.shared_dir) / "bench" / "run1" / "hostfile.1").read_text() == "127.0.0.1 slots=1\n"
     v = rep["versions"]
     assert v["provider"] == "local" and v["node_counts"] == [1, 2] and v["flags"]["model"] == "resnet18"
     assert v["benchmark"]["torch"] and v["allreduce"]["backend"] == "torch"  # auto: gloo on CPU
@@ -243,5 +245,5 @@ def test_hung_run_is_killed_and_reported(fake_cluster, tmp_path):
     assert "timed out" in str(e.value) and "resnet-dp-2" in str(e.value)
     assert e.value.log and e.value.log.exists()
     assert "pkill" in runner.commands[-1]
-    left = subprocess.run(["pgrep", "-f", f"{cl['shared_dir']}/benchmarks/"], capture_output=True, text=True, check=False)
+    left = subprocess.run(["pgrep", "-f", f"{cl.shared_dir}/benchmarks/"], capture_output=True, text=True, check=False)
     assert left.stdout.strip() == "", "benchmark processes survived the cleanup"

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from deployer import bench
+from deployer.cluster import Cluster
 
 RECORDED = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "sweep_2node_recorded.json").read_text())
 
@@ -45,7 +46,7 @@ class ReplayRunner:
 @pytest.fixture
 def replay(tmp_path):
     shared = str(tmp_path / "shared")
-    cluster = json.loads(json.dumps(RECORDED["cluster"]).replace("{shared}", shared))
+    cluster = Cluster.parse(json.loads(json.dumps(RECORDED["cluster"]).replace("{shared}", shared)))
     return cluster, ReplayRunner(shared)
 
 

@@ -13,6 +13,7 @@ The integration test (tests/integration/test_slurm.py) runs the same path on rea
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -23,6 +24,7 @@ import pytest
 from deployer import bench
 from deployer.bench_failure import diagnose
 from deployer.bench_progress import RunProgress, SweepProgress
+from deployer.cluster import Cluster
 from deployer.errors import OperationFailed, UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +64,7 @@ class ReplayRunner:
 @pytest.fixture
 def replay(tmp_path):
     shared = str(tmp_path / "shared")
-    cluster = json.loads(json.dumps(RECORDED["cluster"]).replace("{shared}", shared))
+    cluster = Cluster.parse(json.loads(json.dumps(RECORDED["cluster"]).replace("{shared}", shared)))
     return cluster, ReplayRunner(shared, RECORDED["calls"])
 
 
@@ -104,7 +106,7 @@ def test_the_job_script_asks_slurm_for_what_the_mpirun_path_uses(replay):
 
 def test_on_gpu_nodes_one_task_per_gpu_and_nccl_warnings_in_the_run_dir(replay):
     cluster, _ = replay
-    cluster = {**cluster, "nodes": [{**n, "gpus": 2} for n in cluster["nodes"]]}
+    cluster = dataclasses.replace(cluster, nodes=tuple(dataclasses.replace(n, gpus=2) for n in cluster.nodes))
     text = bench.sbatch_script(cluster, "r1", 2, 600, "allreduce-2", "allreduce.py", ["--json"])
     lines = text.splitlines()
     assert "#SBATCH --ntasks-per-node=2" in lines and "#SBATCH --gpus-per-node=2" in lines and "#SBATCH --time=10" in lines

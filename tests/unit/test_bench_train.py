@@ -11,6 +11,7 @@ runs the script itself.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from deployer import bench, bench_report, bench_schema, bench_train, metrics, storage_reads, ui
 from deployer.bench_failure import untag
 from deployer.bench_progress import RunProgress
+from deployer.cluster import Cluster
 from deployer.errors import UsageError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "train_digits"
@@ -34,13 +36,13 @@ def record(name: str) -> dict:
     return bench.parse_json_line(RUNS[name], name)
 
 
-def make_cluster(shared: str) -> dict:
+def make_cluster(shared: str) -> Cluster:
     node = {"gpus": 0, "public_ip": None, "role": "worker"}
-    return {"name": "t", "provider": "local", "ssh_user": "deployer", "shared_dir": shared, "shared_cpus": None,
+    return Cluster.parse({"name": "t", "provider": "local", "ssh_user": "deployer", "shared_dir": shared, "shared_cpus": None,
             "shared_storage": "host_bind",
             "access": "direct", "machine": {"image": "debian-bookworm (LXC, debootstrap)", "flavor": "container"},
             "nodes": [{**node, "name": "t-master", "id": "a", "private_ip": "10.9.0.10", "role": "master"},
-                      {**node, "name": "t-worker-1", "id": "b", "private_ip": "10.9.0.11"}]}
+                      {**node, "name": "t-worker-1", "id": "b", "private_ip": "10.9.0.11"}]})
 
 
 class ReplayRunner:
@@ -83,7 +85,7 @@ def sweep(cluster, runner, tmp_path, **flags):
 def test_the_sweep_sends_the_check_the_hostfiles_and_one_training_run_per_n(cluster, tmp_path):
     runner = ReplayRunner({1: RUNS["train-1"], 2: RUNS["train-2"]})
     rep, out = sweep(cluster, runner, tmp_path)
-    shared = cluster["shared_dir"]
+    shared = cluster.shared_dir
     assert runner.commands[0] == bench_train.manifest_cmd(cluster, "digits")
     assert runner.commands[1] == bench.hostfiles_cmd(cluster, "run1", (1, 2))
     for cmd, n in zip(runner.commands[2:4], (1, 2), strict=True):
@@ -212,7 +214,7 @@ def test_a_dataset_the_user_imported_is_benched_by_its_name(cluster, tmp_path):
     runner = ReplayRunner({1: RUNS["train-1"]}, manifest=json.dumps(m))
     rep = bench_train.run_train(runner, cluster, opts, "run1", tmp_path / "out")
     assert rep["training"]["target_acc"] == 0.8 and rep["versions"]["dataset"]["name"] == "mydigits"
-    assert f"--data {cluster['shared_dir']}/datasets/mydigits --target-acc 0.8 " in runner.commands[2]
+    assert f"--data {cluster.shared_dir}/datasets/mydigits --target-acc 0.8 " in runner.commands[2]
 
 
 def test_an_unknown_name_lists_what_the_cluster_has(cluster, tmp_path):
@@ -226,11 +228,11 @@ def test_an_unknown_name_lists_what_the_cluster_has(cluster, tmp_path):
 
 
 def test_defaults_the_dataset_target_and_the_synthetic_sweeps_thread_rule(cluster):
-    opts = bench_train.make_train_options({**cluster, "shared_cpus": 4}, data="digits")
+    opts = bench_train.make_train_options(dataclasses.replace(cluster, shared_cpus=4), data="digits")
     assert opts.target_acc == 0.9 and opts.nodes == (1, 2) and opts.threads == 2 and not opts.amp
     args = bench_train.train_args(cluster, "r", opts, 2)
     assert args[-2:] == ["--threads", "2"]
-    gpu = {**cluster, "nodes": [{**n, "gpus": 1} for n in cluster["nodes"]]}
+    gpu = dataclasses.replace(cluster, nodes=tuple(dataclasses.replace(n, gpus=1) for n in cluster.nodes))
     assert bench_train.make_train_options(gpu, data="digits").amp is True
 
 
@@ -242,19 +244,19 @@ def test_under_slurm_each_training_run_is_a_job_script(cluster, tmp_path):
         text = Path(path).read_text()
         assert f"#SBATCH --nodes={n}" in text.splitlines() and "#SBATCH --job-name=deployer-bench-run1" in text
         srun = text.splitlines()[-1]
-        assert srun.startswith("srun --mpi=pmix ") and f"/benchmarks/resnet_train.py --data {cluster['shared_dir']}" in srun
-        assert f"--checkpoint-dir {cluster['shared_dir']}/bench/run1/ckpt-{n} --json --progress" in srun
+        assert srun.startswith("srun --mpi=pmix ") and f"/benchmarks/resnet_train.py --data {cluster.shared_dir}" in srun
+        assert f"--checkpoint-dir {cluster.shared_dir}/bench/run1/ckpt-{n} --json --progress" in srun
         assert f"\n{text}EOF_SBATCH\n" in cmd and "slurm_job.py" in cmd
     assert [r["time_to_target_s"] for r in rep["training"]["runs"]] == [record("train-1")["time_to_target_s"],
                                                                         record("train-2")["time_to_target_s"]]
 
 
 def test_on_gpu_nodes_amp_nccl_logs_and_the_nccl_warnings_copied_back(cluster, tmp_path):
-    gpu = {**cluster, "nodes": [{**n, "gpus": 1} for n in cluster["nodes"]]}
+    gpu = dataclasses.replace(cluster, nodes=tuple(dataclasses.replace(n, gpus=1) for n in cluster.nodes))
 
     class GpuRunner(ReplayRunner):
         def run(self, cmd, *, timeout, on_line=None):
-            if cmd.startswith(f"cd {gpu['shared_dir']}/bench/run1 && for f in nccl.*.log"):
+            if cmd.startswith(f"cd {gpu.shared_dir}/bench/run1 && for f in nccl.*.log"):
                 self.commands.append(cmd)
                 return 0, "==> nccl.t-worker-1.77.log <==\nt-worker-1:77 NCCL WARN something\n\n", ""
             return super().run(cmd, timeout=timeout, on_line=on_line)

@@ -20,6 +20,8 @@ from deployer.errors import UsageError
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 
+from ..clusters import typed
+
 SPEC = ClusterSpec(name="gpu", provider="openstack", nodes=3)
 CLOUD = {
     "name": "gpu",
@@ -103,7 +105,7 @@ def test_user_data_within_novas_limit_and_refused_over_it(state):
 
 def test_known_hosts_pins_each_nodes_generated_key_by_name_and_address(state):
     boot.write_user_data(SPEC, state)
-    boot.write_access(state, CLOUD)
+    boot.write_access(state, typed(CLOUD))
     lines = [ln for ln in state.known_hosts.read_text().splitlines() if not ln.startswith("#")]
     assert lines[0].split(" ", 1) == ["gpu-master,192.168.77.10,203.0.113.5", yaml.safe_load(_user_data(state, "gpu-master"))["ssh_keys"]["ed25519_public"]]
     for line, node in zip(lines, CLOUD["nodes"], strict=True):
@@ -126,7 +128,7 @@ def _blocks(text):
 
 def test_ssh_config_hops_through_the_master_with_both_hops_pinned(state):
     boot.write_user_data(SPEC, state)
-    boot.write_access(state, CLOUD)
+    boot.write_access(state, typed(CLOUD))
     b = _blocks(state.ssh_config.read_text())
     assert list(b) == ["gpu-master", "gpu-worker-1", "gpu-worker-2"]
     assert b["gpu-master"]["HostName"] == "203.0.113.5" and "ProxyCommand" not in b["gpu-master"]
@@ -143,7 +145,7 @@ def test_ssh_config_hops_through_the_master_with_both_hops_pinned(state):
 def test_ssh_config_direct_access_has_no_hop(state):
     local = {**CLOUD, "access": "direct", "nodes": [{**n, "public_ip": n["private_ip"] if n["role"] == "master" else None} for n in CLOUD["nodes"]]}
     boot.write_user_data(SPEC, state)
-    boot.write_access(state, local)
+    boot.write_access(state, typed(local))
     b = _blocks(state.ssh_config.read_text())
     assert not any("ProxyCommand" in block for block in b.values())
     assert [block["HostName"] for block in b.values()] == ["192.168.77.10", "192.168.77.11", "192.168.77.12"]
@@ -152,7 +154,7 @@ def test_ssh_config_direct_access_has_no_hop(state):
 def test_ssh_reads_the_config_as_written(state):
     """ssh's own parser (`ssh -G`) resolves a worker to its address, key and the hop."""
     boot.write_user_data(SPEC, state)
-    boot.write_access(state, CLOUD)
+    boot.write_access(state, typed(CLOUD))
     out = subprocess.run(["ssh", "-F", str(state.ssh_config), "-G", "gpu-worker-2"], text=True, capture_output=True, check=True).stdout
     got = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
     assert got["hostname"] == "192.168.77.12"
@@ -164,7 +166,7 @@ def test_ssh_reads_the_config_as_written(state):
 def test_scale_in_forgets_the_removed_nodes_keys(state):
     boot.write_user_data(SPEC, state)
     smaller = {**CLOUD, "nodes": CLOUD["nodes"][:2]}
-    boot.prune(state, smaller)
+    boot.prune(state, typed(smaller))
     assert sorted(p.name for p in state.boot_dir.iterdir()) == ["gpu-master.user-data", "gpu-worker-1.user-data"]
     assert not boot.host_key(state, "gpu-worker-2").private_path.exists()
     assert boot.host_key(state, "gpu-worker-1").private_path.exists()

@@ -14,6 +14,8 @@ from cryptography.hazmat.primitives import serialization
 from deployer import credentials
 from deployer.spec import MonitoringSpec
 
+from ..clusters import typed
+
 
 def test_the_pushgateway_login_is_made_once_and_kept_secret(tmp_path):
     first = credentials.make_pushgateway_login(tmp_path / "secrets")
@@ -67,7 +69,7 @@ def test_a_tls_server_serves_the_certificate(tmp_path):
      {credentials.PUSHGATEWAY_PASSWORD, credentials.PUSHGATEWAY_HASH}),
 ], ids=["off", "private", "exposed", "exposed-but-no-grafana"])
 def test_prepare_makes_what_the_roles_install(tmp_path, monitoring, installable, made):
-    cluster = {"grafana_installable": installable, "nodes": [{"name": "demo-master", "public_ip": "198.51.100.7"}]}
+    cluster = typed({"grafana_installable": installable, "nodes": [{"name": "demo-master", "public_ip": "198.51.100.7"}]})
     line = credentials.prepare(tmp_path, MonitoringSpec.model_validate(monitoring), cluster)
     assert {p.name for p in tmp_path.iterdir()} == made
     assert (line is not None) is (credentials.GRAFANA_CERT in made)
@@ -76,7 +78,7 @@ def test_prepare_makes_what_the_roles_install(tmp_path, monitoring, installable,
 
 
 def test_turning_exposure_off_removes_the_certificate(tmp_path):
-    cluster = {"grafana_installable": True, "nodes": [{"name": "demo-master", "public_ip": "198.51.100.7"}]}
+    cluster = typed({"grafana_installable": True, "nodes": [{"name": "demo-master", "public_ip": "198.51.100.7"}]})
     exposed = MonitoringSpec.model_validate({"expose": True, "allowed_cidrs": ["198.51.100.0/24"]})
     credentials.prepare(tmp_path, exposed, cluster)
     assert credentials.grafana_fingerprint(tmp_path)

@@ -3,14 +3,16 @@
 from deployer import drift
 from deployer.providers.base import Machine, Observation
 
-CLUSTER = {
+from ..clusters import typed
+
+CLUSTER = typed({
     "name": "demo",
     "nodes": [
         {"name": "demo-master", "id": "m1"},
         {"name": "demo-worker-1", "id": "w1"},
         {"name": "demo-worker-2", "id": "w2"},
     ],
-}
+})
 NAMES = ["demo-master", "demo-worker-1", "demo-worker-2"]
 
 

@@ -5,7 +5,8 @@ import shlex
 import pytest
 import yaml
 
-from deployer import boot, inventory, nodes
+from deployer import boot, inventory
+from deployer.cluster import Cluster
 from deployer.errors import UsageError
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
@@ -45,8 +46,8 @@ CLOUD = {
 
 
 def test_hostfile_one_line_per_node_slots_are_gpus_or_one():
-    assert inventory.hostfile(LOCAL) == "10.77.0.10 slots=1\n10.77.0.11 slots=1\n10.77.0.12 slots=1\n"
-    assert inventory.hostfile(CLOUD) == "192.168.77.10 slots=2\n192.168.77.11 slots=2\n"
+    assert inventory.hostfile(Cluster.parse(LOCAL)) == "10.77.0.10 slots=1\n10.77.0.11 slots=1\n10.77.0.12 slots=1\n"
+    assert inventory.hostfile(Cluster.parse(CLOUD)) == "192.168.77.10 slots=2\n192.168.77.11 slots=2\n"
 
 
 def _state(tmp_path, cluster):
@@ -57,7 +58,7 @@ def _state(tmp_path, cluster):
 
 def test_groups_and_host_vars(tmp_path):
     st = _state(tmp_path, LOCAL)
-    inv = inventory.render(LOCAL, ClusterSpec(nodes=3), st)["all"]
+    inv = inventory.render(Cluster.parse(LOCAL), ClusterSpec(nodes=3), st)["all"]
     assert list(inv["hosts"]) == ["demo-master", "demo-worker-1", "demo-worker-2"]
     assert list(inv["children"]["master"]["hosts"]) == ["demo-master"]
     assert list(inv["children"]["workers"]["hosts"]) == ["demo-worker-1", "demo-worker-2"]
@@ -74,11 +75,11 @@ def test_ansible_reaches_nodes_through_the_clusters_ssh_config(tmp_path):
     # (tested in test_boot.py); Ansible reads it like every other SSH of the deployer.
     st = _state(tmp_path, CLOUD)
     spec = ClusterSpec(name="gpu", provider="openstack", nodes=2)
-    hosts = inventory.render(CLOUD, spec, st)["all"]["hosts"]
+    hosts = inventory.render(Cluster.parse(CLOUD), spec, st)["all"]["hosts"]
     for name, host in hosts.items():
         assert shlex.split(host["ansible_ssh_common_args"]) == ["-F", str(st.ssh_config)]
         assert host["ansible_host"] == name and host["ansible_user"] == "ubuntu"
-    inv = inventory.render(CLOUD, spec, st)["all"]
+    inv = inventory.render(Cluster.parse(CLOUD), spec, st)["all"]
     assert list(inv["children"]["gpu"]["hosts"]) == ["gpu-master", "gpu-worker-1"]
 
 
@@ -88,21 +89,21 @@ def test_a_replaced_node_leaves_the_inventory_as_it_was(tmp_path):
     st = _state(tmp_path, LOCAL)
     before = {**LOCAL, "nodes": [{**n, "id": f"old-{i}"} for i, n in enumerate(LOCAL["nodes"])]}
     after = {**LOCAL, "nodes": [{**n, "id": "new-1" if i == 1 else f"old-{i}"} for i, n in enumerate(LOCAL["nodes"])]}
-    assert inventory.render(before, ClusterSpec(nodes=3), st) == inventory.render(after, ClusterSpec(nodes=3), st)
+    assert inventory.render(Cluster.parse(before), ClusterSpec(nodes=3), st) == inventory.render(Cluster.parse(after), ClusterSpec(nodes=3), st)
 
 
 def test_write_produces_yaml_and_hostfile(tmp_path):
     st = _state(tmp_path, LOCAL)
-    path = inventory.write(LOCAL, ClusterSpec(nodes=3), st)
+    path = inventory.write(Cluster.parse(LOCAL), ClusterSpec(nodes=3), st)
     assert yaml.safe_load(path.read_text())["all"]["hosts"]["demo-master"]["ansible_user"] == "deployer"
     assert (st.inventory_dir / "hostfile").read_text().count("\n") == 3
 
 
 @pytest.mark.parametrize("query, expected", [(None, "demo-master"), ("master", "demo-master"), ("worker-2", "demo-worker-2"), ("demo-worker-1", "demo-worker-1"), ("10.77.0.11", "demo-worker-1")])
 def test_find_node(query, expected):
-    assert nodes.find_node(LOCAL, query)["name"] == expected
+    assert Cluster.parse(LOCAL).find(query).name == expected
 
 
 def test_find_node_unknown_lists_the_choices():
     with pytest.raises(UsageError, match="demo-master, demo-worker-1"):
-        nodes.find_node(LOCAL, "worker-9")
+        Cluster.parse(LOCAL).find("worker-9")

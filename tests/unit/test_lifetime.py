@@ -12,6 +12,8 @@ from deployer.errors import UsageError
 from deployer.spec import build_spec
 from deployer.state import ClusterState
 
+from ..clusters import typed
+
 T0 = lifetime.parse_iso("2026-11-23T12:00:00Z")
 
 
@@ -58,8 +60,8 @@ def test_time_left_reads_well():
 
 
 def _cluster(n, gpus=0, flavor="m1.large"):
-    return {"provider": "openstack", "machine": {"flavor": flavor},
-            "nodes": [{"name": f"c-{i}", "gpus": gpus} for i in range(n)]}
+    return typed({"provider": "openstack", "machine": {"flavor": flavor},
+                  "nodes": [{"name": f"c-{i}", "gpus": gpus} for i in range(n)]})
 
 
 def test_the_ledger_integrates_nodes_over_time_and_splits_months(tmp_path):

@@ -20,6 +20,8 @@ from deployer import credentials, dashboard, tunnel
 from deployer.errors import OperationFailed
 from deployer.spec import MonitoringSpec
 
+from ..clusters import typed
+
 # Behaves like `ssh -N -L 127.0.0.1:L:H:P ... dest` for the forwarding part: listens on
 # each L, relays to H:P, records its argv. FAKE_SSH_MODE=fail exits like a refused login;
 # FAKE_SSH_MODE=inuse-once fails the first bind like a port taken in the meantime.
@@ -180,7 +182,7 @@ def test_describe_print_without_tunnel_gives_a_command(tmp_path):
 
 
 def test_describe_local_is_direct_and_says_why_no_grafana(tmp_path):
-    local = {"name": "d", "grafana_installable": False, "nodes": [{"name": "d-master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10"}]}
+    local = typed({"name": "d", "grafana_installable": False, "nodes": [{"name": "d-master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10"}]})
     seen = dashboard.view(local, grafana_wanted=True)
     assert seen == {"grafana": False, "wanted": True, "direct": True, "public_host": None}
     d = dashboard.describe("10.77.0.10", grafana=seen["grafana"], wanted=seen["wanted"], direct=seen["direct"], secrets_dir=tmp_path)
@@ -191,15 +193,15 @@ def test_describe_local_is_direct_and_says_why_no_grafana(tmp_path):
 
 
 def test_view_of_a_cloud_cluster():
-    cloud = {"name": "d", "grafana_installable": True,
-             "nodes": [{"name": "d-master", "private_ip": "192.168.77.10", "public_ip": "203.0.113.7"}]}
+    cloud = typed({"name": "d", "grafana_installable": True,
+                   "nodes": [{"name": "d-master", "private_ip": "192.168.77.10", "public_ip": "203.0.113.7"}]})
     assert dashboard.view(cloud, grafana_wanted=True) == {"grafana": True, "wanted": True, "direct": False, "public_host": None}
     assert dashboard.view(cloud, grafana_wanted=False)["grafana"] is False
 
 
 def test_an_exposed_cloud_cluster_shows_its_public_address(tmp_path):
-    cloud = {"name": "d", "grafana_installable": True,
-             "nodes": [{"name": "d-master", "private_ip": "192.168.77.10", "public_ip": "203.0.113.7"}]}
+    cloud = typed({"name": "d", "grafana_installable": True,
+                   "nodes": [{"name": "d-master", "private_ip": "192.168.77.10", "public_ip": "203.0.113.7"}]})
     seen = dashboard.view(cloud, grafana_wanted=True, exposed=True)
     assert seen["public_host"] == "203.0.113.7"
     # What `up` made for it: Grafana's certificate (it serves HTTPS only, then) and the Pushgateway's login.
@@ -220,7 +222,7 @@ def test_an_exposed_cloud_cluster_shows_its_public_address(tmp_path):
     assert "(exposed: https://203.0.113.7:3000/)" in dashboard.render(tunnelled)[0]
     # Not exposed, or a local cluster (public == private): no public address.
     assert dashboard.view(cloud, grafana_wanted=True)["public_host"] is None
-    local = {"name": "d", "nodes": [{"name": "d-master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10"}]}
+    local = typed({"name": "d", "nodes": [{"name": "d-master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10"}]})
     assert dashboard.view(local, grafana_wanted=True, exposed=True)["public_host"] is None
 
 

@@ -15,11 +15,12 @@ import time
 import pytest
 
 from deployer import readiness
+from deployer.cluster import Cluster, Node
 from deployer.errors import OperationFailed
 from deployer.readiness import KeyRefused, NotYet, Probe, classify
 
-MASTER = {"name": "lab-master", "private_ip": "10.77.0.10", "public_ip": "203.0.113.5"}
-WORKER = {"name": "lab-worker-1", "private_ip": "10.77.0.11", "public_ip": None}
+MASTER = Node("lab-master", "master", "10.77.0.10", "203.0.113.5")
+WORKER = Node("lab-worker-1", "worker", "10.77.0.11", None)
 
 CHANGED = """@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
 @    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
@@ -76,12 +77,12 @@ def test_cloud_init_states():
 
 
 def _cluster():
-    return {"name": "lab", "nodes": [MASTER, WORKER]}
+    return Cluster("lab", "openstack", "ubuntu", "/shared", (MASTER, WORKER), access="via_master")
 
 
 def test_wait_returns_once_every_node_is_ready(monkeypatch):
     answers = {"lab-master": [Probe(0, DONE, "")], "lab-worker-1": [Probe(255, "", "Connection refused"), Probe(0, "status: running\n", ""), Probe(0, DONE, "")]}
-    monkeypatch.setattr(readiness, "probe", lambda state, cluster, node, timeout, running=None: answers[node["name"]].pop(0))
+    monkeypatch.setattr(readiness, "probe", lambda state, cluster, node, timeout, running=None: answers[node.name].pop(0))
     ready = readiness.wait_for_boot(None, _cluster(), timeout_s=30, hint=lambda n: f"logs of {n}")
     assert set(ready) == {"lab-master", "lab-worker-1"}
     assert answers == {"lab-master": [], "lab-worker-1": []}
@@ -102,7 +103,7 @@ def test_a_refused_key_ends_the_wait_at_once(monkeypatch):
     calls = []
 
     def probe(state, cluster, node, timeout, running=None):
-        calls.append(node["name"])
+        calls.append(node.name)
         if node is MASTER:
             return Probe(255, "", CHANGED.format(addr="203.0.113.5"))
         return Probe(255, "", "Connection refused")
@@ -120,7 +121,7 @@ def test_ctrl_c_while_waiting_stops_every_probe_at_once(monkeypatch, tmp_path):
     fake_ssh = tmp_path / "ssh"
     fake_ssh.write_text(f"#!/bin/bash\nexec -a {marker} sleep 120\n")
     fake_ssh.chmod(0o755)
-    monkeypatch.setattr(readiness, "ssh_argv", lambda state, cluster, node: [str(fake_ssh), node["name"]])
+    monkeypatch.setattr(readiness, "ssh_argv", lambda state, node: [str(fake_ssh), node.name])
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()  # what a Ctrl-C sends
     began = time.monotonic()
     with pytest.raises(KeyboardInterrupt):

@@ -12,6 +12,8 @@ import pytest
 from deployer.errors import RecordError
 from deployer.state import ClusterState
 
+from ..clusters import typed
+
 
 @pytest.mark.parametrize(
     "content, fragment",
@@ -33,10 +35,22 @@ def test_damaged_records_name_the_file(tmp_path, content, fragment):
 
 def test_records_round_trip_atomically(tmp_path):
     st = ClusterState(tmp_path, "demo")
-    st.write_record(st.cluster_file, {"name": "demo", "nodes": []})
-    assert st.cluster() == {"name": "demo", "nodes": []}
+    cluster = typed({"name": "demo", "nodes": [{"name": "demo-master", "gpus": 1}, {"name": "demo-worker-1"}]})
+    st.write_cluster(cluster)
+    assert st.cluster() == cluster
     assert json.loads(st.cluster_file.read_text())["version"] == 1
     assert not list(st.dir.glob("*.tmp"))
+
+
+def test_a_cluster_record_the_reader_cannot_type_is_one_error_naming_the_file(tmp_path):
+    st = ClusterState(tmp_path, "demo")
+    st.write_record(st.cluster_file, {"name": "demo", "provider": "local", "ssh_user": "u", "shared_dir": "/shared",
+                                      "nodes": [{"name": "demo-worker-1", "role": "worker", "private_ip": "10.0.0.1"}]})
+    with pytest.raises(RecordError, match="cluster.json: the first node, and only it, must be the master"):
+        st.cluster()
+    st.write_record(st.cluster_file, {"name": "demo", "nodes": [{"name": "demo-master", "role": "master", "private_ip": "10.0.0.1"}]})
+    with pytest.raises(RecordError, match="cluster.json: the cluster output has no 'provider'"):
+        st.cluster()
 
 
 def test_status_on_a_truncated_cluster_json_is_one_line(tmp_path):

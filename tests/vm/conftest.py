@@ -26,6 +26,7 @@ import yaml
 
 from deployer import boot, inventory, readiness
 from deployer.ansible import PlayResult, run_playbook
+from deployer.cluster import Cluster
 from deployer.paths import ansible_dir
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
@@ -42,18 +43,18 @@ BOOT_TIMEOUT_S = 900  # under emulation on two cores; about 90 s each when the m
 class VMCluster:
     state: ClusterState
     spec: ClusterSpec
-    cluster: dict[str, Any]
+    cluster: Cluster
     inventory: Path
     vms: list[machines.VM]
     workdir: Path
 
     @property
     def master(self) -> str:
-        return self.cluster["nodes"][0]["name"]
+        return self.cluster.master.name
 
     @property
     def worker(self) -> str:
-        return self.cluster["nodes"][1]["name"]
+        return self.cluster.workers[0].name
 
     def ssh(self, node: str, cmd: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run(["ssh", "-F", str(self.state.ssh_config), node, cmd],
@@ -115,10 +116,10 @@ def vm_cluster(tmp_path_factory) -> VMCluster:
     state.create()
     boot.write_user_data(spec, state)
     volume_id = str(uuid.uuid4())
-    cluster = _cluster(spec, volume_id)
-    vms = [machines.VM(n["name"], ipaddress.IPv4Address(n["private_ip"]), state.boot_dir / f"{n['name']}.user-data",
-                       volume_id=volume_id if n["role"] == "master" else None)
-           for n in cluster["nodes"]]
+    cluster = Cluster.parse(_cluster(spec, volume_id))
+    vms = [machines.VM(n.name, ipaddress.IPv4Address(n.private_ip), state.boot_dir / f"{n.name}.user-data",
+                       volume_id=volume_id if n.is_master else None)
+           for n in cluster.nodes]
     try:
         machines.network_up()
         t0 = time.monotonic()

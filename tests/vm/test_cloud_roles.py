@@ -36,7 +36,7 @@ def storage(vm_cluster: VMCluster) -> Storage:
     """The shared-storage play of site.yml, once, with what the nodes looked like before it."""
     c = vm_cluster
     exports_dir = c.ssh(c.master, "test -e /etc/exports.d").returncode == 0
-    blkid = c.ssh(c.master, f"sudo blkid -p {c.cluster['shared_device']}").returncode
+    blkid = c.ssh(c.master, f"sudo blkid -p {c.cluster.shared_device}").returncode
     return Storage(exports_dir, blkid, c.play([site_play("Shared storage")], "storage"))
 
 
@@ -51,9 +51,9 @@ def test_the_master_exports_the_volume_and_the_worker_reads_through_nfs(vm_clust
     source, fstype, label = c.sudo(c.master, "findmnt -n -o SOURCE,FSTYPE,LABEL --mountpoint /shared").split()
     assert (source, fstype, label) == ("/dev/vdb", "ext4", "deployer-shared")
     exports = c.sudo(c.master, "exportfs -v")
-    assert "/shared" in exports and c.cluster["cluster_cidr"] in exports and "root_squash" in exports, exports
+    assert "/shared" in exports and c.cluster.cluster_cidr in exports and "root_squash" in exports, exports
     assert c.sudo(c.worker, "findmnt -n -o SOURCE,FSTYPE --mountpoint /shared").split() == [
-        f"{c.cluster['nodes'][0]['private_ip']}:/shared", "nfs4"]
+        f"{c.cluster.master.private_ip}:/shared", "nfs4"]
 
     # Written by the cluster user on one node, read on the other, both ways.
     token = uuid.uuid4().hex
@@ -62,7 +62,7 @@ def test_the_master_exports_the_volume_and_the_worker_reads_through_nfs(vm_clust
     assert c.ssh(c.worker, f"echo {token} > /shared/from-worker").returncode == 0
     assert c.ssh(c.master, "cat /shared/from-worker").stdout.strip() == token
     # root_squash: root on a worker is nobody on the share, which the cluster user owns (0755).
-    assert c.sudo(c.master, "stat -c %U:%a /shared").strip() == f"{c.cluster['ssh_user']}:755"
+    assert c.sudo(c.master, "stat -c %U:%a /shared").strip() == f"{c.cluster.ssh_user}:755"
     root = c.ssh(c.worker, "sudo touch /shared/by-worker-root")
     assert root.returncode != 0 and "Permission denied" in root.stderr, root
 
