@@ -31,13 +31,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from deployer import bench_report, ui
 from deployer.bench_failure import diagnose, untag
 from deployer.bench_progress import RunProgress, SweepProgress
-from deployer.cluster import Cluster, Node
 from deployer.errors import OperationFailed, UsageError
+
+if TYPE_CHECKING:
+    from deployer.cluster import Cluster, Node
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 MODES = ("dp", "ensemble")

@@ -27,12 +27,14 @@ import shlex
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deployer import bench, bench_report, datasets, storage_reads, ui
 from deployer.bench_progress import RunProgress
-from deployer.cluster import Cluster
 from deployer.errors import OperationFailed, UsageError
+
+if TYPE_CHECKING:
+    from deployer.cluster import Cluster
 
 SCRIPT = "resnet_train.py"
 NO_MANIFEST = "deployer: no dataset manifest"

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .cluster import Cluster
 from .errors import UsageError
 
 if TYPE_CHECKING:
+    from .cluster import Cluster
     from .spec import ClusterSpec
     from .state import ClusterState
 

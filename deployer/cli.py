@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from . import ui
-from .cluster import Cluster
 from .errors import DeployerError, UsageError
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
 
 app = typer.Typer(
     add_completion=False,

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .cluster import Cluster
-
 if TYPE_CHECKING:
+    from .cluster import Cluster
     from .spec import MonitoringSpec
 
 PUSHGATEWAY_USER = "deployer"

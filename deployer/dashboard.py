@@ -15,11 +15,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .cluster import Cluster
 from .credentials import PUSHGATEWAY_PASSWORD, PUSHGATEWAY_USER, grafana_fingerprint
 from .tunnel import open_tunnels, tunnel_command
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
 
 GRAFANA_PASSWORD_FILE = "grafana_admin_password"  # in the state dir's secrets dir; the grafana role writes it
 GRAFANA_ADMIN_USER = "admin"

@@ -26,12 +26,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import datasets, ui
-from .cluster import Cluster
 from .errors import OperationFailed, UsageError
 from .remote import MasterRunner, ssh_argv
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
 
 PROGRESS_EVERY_S = 5.0
 

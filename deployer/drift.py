@@ -13,10 +13,12 @@ or its machine was replaced; every node is, when the fingerprint changed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .cluster import Cluster
 from .providers.base import Observation
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
 
 EVERY_NODE_REASONS = {
     "reconfigure": "--reconfigure",

@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cluster import Cluster
 from .lifetime import iso, now, parse_iso
 
 if TYPE_CHECKING:
+    from .cluster import Cluster
     from .state import ClusterState
 
 LEDGER_FILE = "ledger.jsonl"

@@ -9,9 +9,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from .cluster import Cluster, Node
-
 if TYPE_CHECKING:
+    from .cluster import Cluster, Node
     from .state import ClusterState
 
 

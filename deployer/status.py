@@ -9,12 +9,14 @@ from __future__ import annotations
 import socket
 import threading
 from dataclasses import asdict, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import drift, lifetime, terraform
-from .cluster import Cluster
 from .providers import get_provider
 from .state import ClusterState
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
 
 
 def origin_of(state: ClusterState) -> tuple[str, dict[str, str]] | None:

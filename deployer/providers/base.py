@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from ..cluster import Cluster
-
 if TYPE_CHECKING:
+    from ..cluster import Cluster
     from ..spec import ClusterSpec
     from ..state import ClusterState
 

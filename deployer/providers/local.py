@@ -20,11 +20,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..cluster import Cluster
 from ..errors import PreflightError
 from .base import CloudCluster, Machine, Observation, Repair
 
 if TYPE_CHECKING:
+    from ..cluster import Cluster
     from ..spec import ClusterSpec
     from ..state import ClusterState
 

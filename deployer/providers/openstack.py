@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import terraform, ui
-from ..cluster import Cluster
 from ..credentials import write_secret
 from ..errors import OperationFailed
 from .base import CloudCluster, Observation, Repair
 from .openstack_teardown import CLUSTER_ID_KEY, CLUSTER_KEY, expiry
 
 if TYPE_CHECKING:
+    from ..cluster import Cluster
     from ..spec import ClusterSpec
     from ..state import ClusterState
     from .openstack_preflight import PreflightResult
