@@ -24,7 +24,6 @@ EVERY_NODE_REASONS = {
     "reconfigure": "--reconfigure",
     "first": "first configuration",
     "fingerprint": "spec, inventory or roles changed since the last configuration",
-    "legacy": "the last configuration predates per-node records",
     "master": "the master was replaced: every node must trust its new cluster SSH key",
 }
 
@@ -58,9 +57,7 @@ def configure_plan(cluster: Cluster, record: dict[str, Any] | None, fingerprint:
         return everyone("first")
     if record.get("fingerprint") != fingerprint:
         return everyone("fingerprint")
-    done = record.get("nodes")
-    if done is None:
-        return everyone("legacy")
+    done = record["nodes"]
     why = {}
     for node in cluster.nodes:
         if node.name not in done:

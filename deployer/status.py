@@ -20,19 +20,13 @@ if TYPE_CHECKING:
 
 
 def origin_of(state: ClusterState) -> tuple[str, dict[str, str]] | None:
-    """(provider, Terraform's environment) of the cluster, from the first record that has
-    it: origin.json, else the spec record, else the Terraform dir that holds resources
-    (a cluster made before origin.json; its provider then needs no environment, or the
-    user's own OS_CLOUD). None when nothing of the cluster is recorded."""
+    """(provider, Terraform's environment) of the cluster: origin.json, which `up` writes
+    before it makes anything. Should it be lost, the Terraform dir that holds resources
+    still says which provider made them (whose environment is then the user's own
+    OS_CLOUD), so `down` can destroy them. None when nothing of the cluster is recorded."""
     origin = state.read_record(state.origin_file)
     if origin:
         return origin["provider"], origin.get("terraform_env") or {}
-    spec = state.read_record(state.spec_file)
-    if spec:
-        from .spec import ClusterSpec
-
-        parsed = ClusterSpec.model_validate(spec["spec"])
-        return parsed.provider, get_provider(parsed.provider).terraform_env(parsed)
     for sub in sorted(state.terraform_dir.glob("*/terraform.tfstate")):
         if terraform.has_resources(sub.parent):
             return sub.parent.name, {}

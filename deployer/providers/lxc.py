@@ -738,7 +738,6 @@ def main(argv: list[str] | None = None) -> int:
     down.add_argument("--name", required=True)
     for sp in (up, down):
         sp.add_argument("--cluster-id", help="the cluster's id (state.py): recorded on create; another's container is refused")
-    down.add_argument("--state-dir", help=argparse.SUPPRESS)  # passed by clusters made before the boot contract
     sub.add_parser("base-image")
     a = p.parse_args(argv)
     global VERBOSE

@@ -50,8 +50,6 @@ def test_every_node_when_the_fingerprint_changed_or_on_request_or_first_time():
     assert drift.configure_plan(CLUSTER, record(), "G").every_node
     assert drift.configure_plan(CLUSTER, record(), "F", reconfigure=True).describe() == "all 3 node(s) (--reconfigure)"
     assert drift.configure_plan(CLUSTER, None, "F").describe() == "all 3 node(s) (first configuration)"
-    # A record written before per-node identities were kept.
-    assert "predates" in drift.configure_plan(CLUSTER, {"fingerprint": "F"}, "F").describe()
 
 
 def test_record_round_trip():

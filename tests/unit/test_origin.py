@@ -15,13 +15,7 @@ def test_origin_record_first(tmp_path):
     assert status.origin_of(st) == ("openstack", {"OS_CLOUD": "lab"})
 
 
-def test_spec_record_when_the_origin_record_is_missing(tmp_path):
-    st = ClusterState(tmp_path, "demo")
-    st.write_record(st.spec_file, {"spec": ClusterSpec(nodes=2).model_dump(mode="json")})
-    assert status.origin_of(st) == ("local", {})
-
-
-def test_terraform_state_when_both_records_are_missing(tmp_path):
+def test_terraform_state_when_the_origin_record_is_lost(tmp_path):
     st = ClusterState(tmp_path, "demo")
     workdir = st.terraform_dir / "local"
     workdir.mkdir(parents=True)
