@@ -39,7 +39,7 @@ def strategy_env() -> dict[str, str]:
     With Ansible's own linear strategy every task on every node is a fresh SSH command
     and a fresh Python on the node; on 8 nodes the tasks' fan-out, not their work, was
     most of an `up` (ansible 200 s -> 112 s with Mitogen, measured side by side;
-    README, "Where an `up` spends its time"). Mitogen keeps one Python per node and
+    docs/performance.md). Mitogen keeps one Python per node and
     sends it the modules over the SSH connection it already has.
     """
     chosen = os.environ.get("DEPLOYER_ANSIBLE_STRATEGY", "mitogen_linear")

@@ -5,7 +5,7 @@ Run as root from the repo root, with the base image already cached (any earlier 
 builds it; its package lists are refreshed, when due, before each timed `up`, not in it):
 `sudo .venv/bin/python scripts/bench_up.py [--nodes 1,2,4,8] [--rounds 3]`.
 Each N gets a fresh cluster (name `benchup`, its own subnet and state dir) that is
-torn down afterwards. Prints one row per N and the ratios the README quotes.
+torn down afterwards. Prints one row per N and the ratios docs/performance.md quotes.
 Also times `deployer --help` and `status` (startup cost: heavy imports only where used).
 """
 
