@@ -603,7 +603,7 @@ def run_bench(runner: Runner, cluster: Cluster, opts: BenchOptions, run_id: str,
     return report
 
 
-Sweep = Callable[[Runner, dict[str, Any], Any, str, Path], dict[str, Any]]
+Sweep = Callable[[Runner, "Cluster", Any, str, Path], dict[str, Any]]
 
 
 def run_on_cluster(state: Any, cluster: Cluster, opts: Launch, sweep: Sweep | None = None) -> dict[str, Any]:

@@ -256,7 +256,7 @@ def bench(
         ui.print_json(report)
 
 
-def _synthetic(st, cluster: dict, **flags) -> dict:
+def _synthetic(st, cluster: Cluster, **flags) -> dict:
     from . import bench as bench_mod
 
     return bench_mod.run_on_cluster(st, cluster, bench_mod.make_options(cluster, **flags))
