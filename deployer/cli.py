@@ -142,6 +142,8 @@ def ssh_config(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE) -> Non
     """
     st = _state(name, state_dir)
     _up_cluster(st)
+    if not st.ssh_config.exists():
+        raise UsageError(f"cluster {st.name!r} has no ssh_config yet ({st.ssh_config}): run `deployer up`, which writes it")
     ui.out.print(st.ssh_config.read_text(), end="", markup=False)
 
 

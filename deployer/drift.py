@@ -57,7 +57,9 @@ def configure_plan(cluster: Cluster, record: dict[str, Any] | None, fingerprint:
         return everyone("first")
     if record.get("fingerprint") != fingerprint:
         return everyone("fingerprint")
-    done = record["nodes"]
+    done = record.get("nodes")
+    if done is None:  # a record this version did not write: configure everything
+        return everyone("fingerprint")
     why = {}
     for node in cluster.nodes:
         if node.name not in done:

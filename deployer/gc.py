@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import ui
-from .errors import DeployerError, NoLongerExpired
+from .errors import DeployerError, NoLongerExpired, RecordError
 from .lifetime import human, iso, now, parse_iso
 from .providers import get_provider
 from .providers.base import CloudCluster
@@ -102,7 +102,10 @@ def collect_and_act(root: Path, *, cloud: str | None, destroy: bool, dry_run: bo
             entry["action"] = _cloud_only(e, ago, cloud, destroy=destroy, dry_run=dry_run)
         elif not destroy:
             entry["action"] = "would destroy" if dry_run else "listed"
-            recorded = ClusterState(root, e.name).cluster()
+            try:
+                recorded = ClusterState(root, e.name).cluster()
+            except RecordError:  # listing goes on: `down` names the damaged record
+                recorded = None
             nodes = recorded.names if recorded else []
             what = f"would destroy {', '.join(nodes) or 'what Terraform made'}, its network and state" if dry_run else "`deployer gc --yes` destroys it"
             ui.info(f"{e.name}: expired {ago} ago ({e.provider}); {what}")

@@ -129,7 +129,7 @@ def show(info: dict[str, Any]) -> None:
         t.add_column(col)
     for n in info["nodes"]:
         colour = "green" if n["state"] == "ok" else "red"
-        t.add_row(n.name, n.role, n.private_ip, n.public_ip or "-", str(n.gpus), f"[{colour}]{n['state']}[/]")
+        t.add_row(n["name"], n["role"], n["private_ip"], n["public_ip"] or "-", str(n["gpus"]), f"[{colour}]{n['state']}[/]")
     ui.out.print(t)
     life = info.get("lifetime")
     if life:

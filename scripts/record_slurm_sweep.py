@@ -38,8 +38,8 @@ def main(state_dir: str, name: str, dest: str) -> None:
     run_id = "20261123-180000"
     with tempfile.TemporaryDirectory() as out:
         bench.run_bench(rec, cluster, opts, run_id, Path(out))
-    shared = cluster["shared_dir"]
-    text = json.dumps({"run_id": run_id, "cluster": {**cluster, "shared_dir": "{shared}"}, "calls": rec.calls}, indent=1)
+    shared = cluster.shared_dir
+    text = json.dumps({"run_id": run_id, "cluster": {**cluster.to_output(), "shared_dir": "{shared}"}, "calls": rec.calls}, indent=1)
     Path(dest).write_text(text.replace(shared + "/", "{shared}/"))
 
 

@@ -23,3 +23,23 @@ def test_terraform_state_when_the_origin_record_is_lost(tmp_path):
     assert status.origin_of(st) is None  # a state with nothing in it
     (workdir / "terraform.tfstate").write_text(json.dumps({"resources": [{"type": "terraform_data"}]}))
     assert status.origin_of(st) == ("local", {})
+
+
+def test_the_status_table_shows_each_node_of_the_typed_cluster():
+    """`deployer status` without --json: the table is made from status()'s record of
+    each node (a dict, as --json prints it), not from the Cluster it was read from."""
+    from dataclasses import asdict
+
+    from deployer import ui
+
+    from ..clusters import typed
+
+    cluster = typed({"name": "demo", "nodes": [{"name": "demo-master", "public_ip": "10.0.0.10"}, {"name": "demo-worker-1", "gpus": 2}]})
+    info = {"name": "demo", "id": "0123456789ab", "provider": "local", "extra": [], "lifetime": None,
+            "nodes": [asdict(n) | {"state": "ok", "reachable": True} for n in cluster.nodes]}
+    with ui.out.capture() as captured:
+        status.show(info)
+    table = captured.get()
+    assert "demo-worker-1" in table and "10.0.0.11" in table and "id 0123456789ab" in table
+    row = next(line for line in table.splitlines() if "demo-worker-1" in line)
+    assert [cell.strip() for cell in row.split("│")[1:-1]] == ["demo-worker-1", "worker", "10.0.0.11", "-", "2", "ok"]
