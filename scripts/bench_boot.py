@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """First boot of N local nodes, alone: time until cloud-init has finished on every node,
 and the CPU each node's container used for it, with the local image's trimmed cloud-init
-(two stages, the user-data's modules: deployer/providers/lxc.py) against the stock one
+(two stages, the user-data's modules: deployer/providers/local/lxc.py) against the stock one
 (four stages, every module of Debian's cloud.cfg), side by side.
 
 Run as root from the repo root: `sudo .venv/bin/python scripts/bench_boot.py [--nodes 1,8] [--rounds 2]`.
@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from deployer import boot  # noqa: E402
-from deployer.providers import lxc  # noqa: E402
+from deployer.providers.local import lxc  # noqa: E402
 from deployer.spec import ClusterSpec  # noqa: E402
 from deployer.state import ClusterState  # noqa: E402
 

@@ -57,7 +57,7 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=2)
     a = ap.parse_args()
     for label, checkout in (("a", a.a), ("b", a.b)):
-        subprocess.run([sys.executable, "-m", "deployer.providers.lxc", "base-image"], env=env_for(checkout, label), check=True,
+        subprocess.run([sys.executable, "-m", "deployer.providers.local.lxc", "base-image"], env=env_for(checkout, label), check=True,
                        capture_output=True)
     times: dict[str, list[float]] = {"a": [], "b": []}
     for i in range(a.pairs):

@@ -8,11 +8,11 @@ from .base import Provider
 def get_provider(name: str) -> Provider:
     # Imported lazily: openstacksdk alone costs ~1 s of import time.
     if name == "local":
-        from .local import LocalProvider
+        from .local.provider import LocalProvider
 
         return LocalProvider()
     if name == "openstack":
-        from .openstack import OpenStackProvider
+        from .openstack.provider import OpenStackProvider
 
         return OpenStackProvider()
     raise ValueError(name)

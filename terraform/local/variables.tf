@@ -90,5 +90,5 @@ variable "host_cpus" {
 
 variable "driver" {
   type        = list(string)
-  description = "Command that runs the deployer's LXC node driver (python -m deployer.providers.lxc)."
+  description = "Command that runs the deployer's LXC node driver (deployer/providers/local/lxc.py, run as a module)."
 }

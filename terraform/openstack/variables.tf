@@ -1,5 +1,5 @@
 # Every variable is typed, described and validated. The deployer writes them from
-# cluster.yaml (deployer/providers/openstack.py: OpenStackProvider.tfvars); no
+# cluster.yaml (deployer/providers/openstack/provider.py: OpenStackProvider.tfvars); no
 # credential is ever one of them.
 
 # ---- cloud and cluster -------------------------------------------------------------

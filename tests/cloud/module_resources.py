@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer.providers.openstack_observe import LEGACY, id_tag, key_pair_name, name_tag
+from deployer.providers.openstack.observe import LEGACY, id_tag, key_pair_name, name_tag
 from deployer.state import new_cluster_id
 
 from .services import IMAGE

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from deployer.errors import PreflightError
-from deployer.providers import openstack_preflight as pf
-from deployer.providers.openstack import OpenStackProvider
+from deployer.providers.openstack import preflight as pf
+from deployer.providers.openstack.provider import OpenStackProvider
 from deployer.spec import ClusterSpec
 
 from . import catalog, module_resources

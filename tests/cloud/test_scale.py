@@ -18,10 +18,10 @@ import pytest
 
 from deployer import gc
 from deployer.lifetime import iso, now
-from deployer.providers import openstack_preflight as pf
-from deployer.providers.openstack import OpenStackProvider
-from deployer.providers.openstack_observe import observe, session
-from deployer.providers.openstack_teardown import teardown
+from deployer.providers.openstack import preflight as pf
+from deployer.providers.openstack.observe import observe, session
+from deployer.providers.openstack.provider import OpenStackProvider
+from deployer.providers.openstack.teardown import teardown
 
 from . import module_resources
 from .test_preflight import make_spec

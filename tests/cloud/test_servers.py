@@ -9,10 +9,10 @@ import pytest
 from deployer import gc
 from deployer.errors import OperationFailed
 from deployer.providers.base import Machine, Observation
-from deployer.providers.openstack import OpenStackProvider
-from deployer.providers.openstack_delete import delete_cluster
-from deployer.providers.openstack_observe import observe
-from deployer.providers.openstack_teardown import EXPIRY_KEY
+from deployer.providers.openstack.delete import delete_cluster
+from deployer.providers.openstack.observe import observe
+from deployer.providers.openstack.provider import OpenStackProvider
+from deployer.providers.openstack.teardown import EXPIRY_KEY
 
 from . import module_resources
 from .test_preflight import make_spec
@@ -59,7 +59,7 @@ def test_a_same_named_cluster_of_someone_else_is_not_ours(os_env, member, tmp_pa
     observes, expires and deletes only what carries its id; the preflight of a third
     refuses the name; `gc` lists them apart."""
     from deployer.errors import PreflightError
-    from deployer.providers.openstack_preflight import check
+    from deployer.providers.openstack.preflight import check
 
     c = cluster_name
     ours = module_resources.make_cluster(member, c, 2, expires_at="2026-11-20T08:00:00Z")
@@ -167,8 +167,8 @@ def test_a_cluster_made_before_ids_is_still_its_state_dirs_and_refused_to_others
     the name among those that carry no id, so its `down` can prove them gone; a new state
     dir asking for the name is refused; a same-named cluster with an id is not counted."""
     from deployer.errors import PreflightError
-    from deployer.providers.openstack_observe import LEGACY
-    from deployer.providers.openstack_preflight import check
+    from deployer.providers.openstack.observe import LEGACY
+    from deployer.providers.openstack.preflight import check
     from deployer.state import ClusterState
 
     c = cluster_name

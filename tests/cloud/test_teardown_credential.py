@@ -15,9 +15,9 @@ import yaml
 from deployer.cluster import Cluster
 from deployer.errors import PreflightError
 from deployer.lifetime import iso, now, parse_iso
-from deployer.providers import openstack_preflight as pf
-from deployer.providers.openstack import OpenStackProvider, read_teardown_credential
-from deployer.providers.openstack_teardown import main as teardown_main
+from deployer.providers.openstack import preflight as pf
+from deployer.providers.openstack.provider import OpenStackProvider, read_teardown_credential
+from deployer.providers.openstack.teardown import main as teardown_main
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 
@@ -181,8 +181,8 @@ def test_an_unrestricted_application_credential_may_make_the_teardown_credential
 
 
 def test_before_the_expiry_or_for_another_server_the_timer_deletes_nothing(os_env, own_project, cluster_name):
-    from deployer.providers.openstack_observe import session
-    from deployer.providers.openstack_teardown import teardown
+    from deployer.providers.openstack.observe import session
+    from deployer.providers.openstack.teardown import teardown
 
     made = module_resources.make_cluster(own_project, cluster_name, 2, volume=False, floating_ip=False, expires_at=at(2))
     master, worker = (made.servers[f"{cluster_name}-{n}"].id for n in ("master", "worker-1"))

@@ -7,7 +7,8 @@ import subprocess
 import pytest
 
 from deployer.errors import PreflightError
-from deployer.providers import local, lxc
+from deployer.providers.local import lxc
+from deployer.providers.local import provider as local
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from deployer.providers import lxc
+from deployer.providers.local import lxc
 
 
 def test_stable_mac_is_derived_from_the_address():
@@ -74,7 +74,7 @@ def test_a_provider_that_cannot_see_says_so_rather_than_nothing(tmp_path, monkey
     """`down` proves a cluster gone by observe(): a failing `lxc-ls` or `nft` used to read as
     "no containers, no table", and `down` deleted the state while containers ran."""
     from deployer.errors import OperationFailed
-    from deployer.providers.local import LocalProvider
+    from deployer.providers.local.provider import LocalProvider
     from deployer.state import ClusterState
 
     bindir = tmp_path / "bin"
@@ -87,7 +87,7 @@ def test_a_provider_that_cannot_see_says_so_rather_than_nothing(tmp_path, monkey
 
 
 def test_a_table_that_is_not_there_is_absent(tmp_path, monkeypatch):
-    from deployer.providers.local import LocalProvider
+    from deployer.providers.local.provider import LocalProvider
     from deployer.state import ClusterState
 
     bindir = tmp_path / "bin"

@@ -1,7 +1,7 @@
 """The local image's trimmed cloud-init still applies every key of the user-data.
 
 The image runs two of cloud-init's four stages and only the modules the user-data needs
-(deployer/providers/lxc.py, CLOUD_CFG). Which module reads which key is cloud-init's own
+(deployer/providers/local/lxc.py, CLOUD_CFG). Which module reads which key is cloud-init's own
 knowledge: its JSON schema names, per module, the keys it takes. The host's cloud-init
 is Debian bookworm's, the version the image boots with (`make deps` installs it).
 """
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from deployer import boot
-from deployer.providers import lxc
+from deployer.providers.local import lxc
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 

@@ -18,9 +18,8 @@ import pytest
 import yaml
 
 from deployer.errors import OperationFailed, PreflightError
-from deployer.providers import openstack_preflight as pf
-from deployer.providers import openstack_quota as quota
-from deployer.providers import openstack_session as session
+from deployer.providers.openstack import preflight as pf
+from deployer.providers.openstack import quota, session
 from deployer.spec import ClusterSpec
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openstack"
@@ -187,7 +186,7 @@ ENV = {"OS_CLOUD": "testcloud"}
 
 
 def test_observe_on_a_failing_cloud_is_operation_failed(cloud):
-    from deployer.providers.openstack_observe import observe
+    from deployer.providers.openstack.observe import observe
 
     cloud.fail["/compute/v2.1/servers"] = 503
     with pytest.raises(OperationFailed, match="listing what exists of cluster demo"):
@@ -220,7 +219,7 @@ def test_a_world_open_admin_cidr_is_a_warning(cloud):
 def test_observe_of_a_state_dir_that_made_nothing_is_refused():
     """No id at all (no origin.json): there is nothing of this state dir's to look for, and
     reading 'nothing there' would be a guess."""
-    from deployer.providers.openstack_observe import observe
+    from deployer.providers.openstack.observe import observe
 
     with pytest.raises(OperationFailed, match="has made nothing in this state dir"):
         observe("demo", None, ENV, ["demo-master"])

@@ -273,7 +273,7 @@ def test_nvidia_driver_skips_cleanly_without_a_gpu(tmp_path):
 # The Python 3 of each image docs/openstack.md supports ("Images"): the teardown venv is
 # made with the image's own python3.
 IMAGE_PYTHONS = {"Ubuntu 22.04": "3.10", "Debian 12": "3.11", "Ubuntu 24.04": "3.12"}
-TEARDOWN_SCRIPT = ROOT / "deployer" / "providers" / "openstack_teardown.py"
+TEARDOWN_SCRIPT = ROOT / "deployer" / "providers" / "openstack" / "teardown.py"
 
 
 @pytest.mark.parametrize(("image", "python"), sorted(IMAGE_PYTHONS.items()))

@@ -74,7 +74,7 @@ def test_the_role_is_off_unless_asked():
 def test_access_rules_follow_the_catalogs_compute_endpoint(endpoint, api):
     """keystonemiddleware matches a rule against the whole request path: each server by id
     under the path openstacksdk will really call, discovery at the endpoint's root."""
-    from deployer.providers.openstack_appcred import access_rules
+    from deployer.providers.openstack.appcred import access_rules
 
     rules = {(r["method"], r["path"]) for r in access_rules(endpoint, ["s1", "s2"])}
     root = api.removesuffix("/v2.1").split("/v2.1/")[0]

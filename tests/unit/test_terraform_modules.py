@@ -139,7 +139,7 @@ def state(tmp_path):
 
 
 def openstack_tfvars(state, **openstack: Any) -> dict[str, Any]:
-    from deployer.providers.openstack import OpenStackProvider
+    from deployer.providers.openstack.provider import OpenStackProvider
 
     return OpenStackProvider().tfvars(sample_openstack_spec(**openstack), state)
 
@@ -327,7 +327,7 @@ def test_openstack_tfvars_values(state):
 
 
 def test_local_tfvars_cover_required_and_nothing_unknown(state, tmp_path):
-    from deployer.providers.local import LocalProvider
+    from deployer.providers.local.provider import LocalProvider
 
     spec = ClusterSpec.model_validate({"name": "demo", "provider": "local", "nodes": 2})
     tfvars = LocalProvider().tfvars(spec, state)
@@ -355,7 +355,7 @@ def test_the_modules_validate_names_and_sizes_by_the_deployers_one_rule():
 
 
 def test_the_tags_the_module_sets_are_the_ones_the_deployer_looks_for():
-    from deployer.providers.openstack_observe import id_tag, name_tag
+    from deployer.providers.openstack.observe import id_tag, name_tag
 
     main = hcl2.loads((MODULES["openstack"] / "main.tf").read_text())
     tags = [t.strip('"') for t in next(loc["tags"] for loc in main["locals"] if "tags" in loc)]
@@ -363,7 +363,7 @@ def test_the_tags_the_module_sets_are_the_ones_the_deployer_looks_for():
 
 
 def test_the_key_pair_the_module_uploads_is_the_one_the_deployer_looks_for():
-    from deployer.providers.openstack_observe import key_pair_name
+    from deployer.providers.openstack.observe import key_pair_name
 
     compute = hcl2.loads((MODULES["openstack"] / "compute.tf").read_text())
     key = next(r['"openstack_compute_keypair_v2"']['"cluster"'] for r in compute["resource"]
@@ -372,7 +372,7 @@ def test_the_key_pair_the_module_uploads_is_the_one_the_deployer_looks_for():
 
 
 def test_openstack_servers_and_volume_carry_the_id_and_expiry_metadata():
-    from deployer.providers.openstack_teardown import CLUSTER_ID_KEY, CLUSTER_KEY, EXPIRY_KEY
+    from deployer.providers.openstack.teardown import CLUSTER_ID_KEY, CLUSTER_KEY, EXPIRY_KEY
 
     for f in ("compute.tf", "storage.tf"):
         text = (MODULES["openstack"] / f).read_text()

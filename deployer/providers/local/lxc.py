@@ -1,11 +1,11 @@
 """The LXC node driver: what Terraform's local-exec provisioners call.
 
-    python -m deployer.providers.lxc network-up  --cluster C --bridge B --subnet S --gateway G/P [--only-master IP]
-    python -m deployer.providers.lxc network-down --cluster C --bridge B
-    python -m deployer.providers.lxc node-up --name N --ip IP/P --gateway G --bridge B \
+    python -m deployer.providers.local.lxc network-up  --cluster C --bridge B --subnet S --gateway G/P [--only-master IP]
+    python -m deployer.providers.local.lxc network-down --cluster C --bridge B
+    python -m deployer.providers.local.lxc node-up --name N --ip IP/P --gateway G --bridge B \
         --shared HOST:GUEST --memory-mb M --user-data FILE [--instance-id ID] [--cluster-id CID]
-    python -m deployer.providers.lxc node-down --name N [--cluster-id CID]
-    python -m deployer.providers.lxc base-image
+    python -m deployer.providers.local.lxc node-down --name N [--cluster-id CID]
+    python -m deployer.providers.local.lxc base-image
 
 Each node is a Debian system container (its own systemd, sshd, hostname, static IP)
 on an overlay of a base image built once with debootstrap (made in a moment, whatever N). It boots as a cloud VM does:
@@ -39,8 +39,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import OperationFailed
-from ..nodes import node_name_pattern
+from ...errors import OperationFailed
+from ...nodes import node_name_pattern
 
 IMAGE_ROOT = Path(os.environ.get("DEPLOYER_IMAGE_DIR", "/var/lib/deployer/images"))
 LXC_PATH = Path("/var/lib/lxc")
@@ -113,7 +113,7 @@ MASKED_UNITS = ["cloud-init-local.service", "cloud-config.service",
 # list (NoCloud only; no metadata-service probing), no network configuration (the
 # driver owns eth0).
 CLOUD_CFG = f"""\
-# Written by deployer (providers/lxc.py): the local image boots through NoCloud.
+# Written by deployer (providers/local/lxc.py): the local image boots through NoCloud.
 datasource_list: [ NoCloud, None ]
 network:
   config: disabled
@@ -574,7 +574,7 @@ def _fstab(path: str) -> str:
 def _write_config(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, mounts: list[Path], lower: Path) -> None:
     host_shared, guest_shared = shared.split(":", 1)
     lines = [
-        "# Written by deployer (providers/lxc.py). A Debian system container with its own systemd.",
+        "# Written by deployer (providers/local/lxc.py). A Debian system container with its own systemd.",
         "lxc.include = /usr/share/lxc/config/common.conf",
         "lxc.arch = linux64",
         # The image version below, this node's own writes above (see ensure_base_image).
@@ -718,7 +718,7 @@ def boot_log_hint(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m deployer.providers.lxc", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m deployer.providers.local.lxc", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     nu = sub.add_parser("network-up")
     nd = sub.add_parser("network-down")

@@ -20,13 +20,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PreflightError
-from .base import CloudCluster, Machine, Observation, Repair
+from ...errors import PreflightError
+from ..base import CloudCluster, Machine, Observation, Repair
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
-    from ..spec import ClusterSpec
-    from ..state import ClusterState
+    from ...cluster import Cluster
+    from ...spec import ClusterSpec
+    from ...state import ClusterState
 
 # Tools the driver calls, and the Debian package that ships each.
 REQUIRED_TOOLS = {
@@ -78,7 +78,7 @@ def claim_name(name: str, state_dir: Path) -> None:
 
 
 def _records_a_cluster(state_dir: Path) -> bool:
-    from ..state import ClusterState
+    from ...state import ClusterState
 
     return ClusterState(state_dir.parent, state_dir.name).origin_file.exists()
 
@@ -171,7 +171,7 @@ class LocalProvider:
         for candidate in default.supernet(new_prefix=16).subnets(new_prefix=24):
             if candidate >= default and collision(candidate) is None:
                 if candidate != default:
-                    from .. import ui
+                    from ... import ui
 
                     net, dev = collision(default)
                     ui.info(f"local.subnet: {default} is taken on this machine ({net} on {dev}); using {candidate}")
@@ -206,7 +206,7 @@ class LocalProvider:
 
         todo = lxc.image_todo()
         if todo:
-            from .. import ui
+            from ... import ui
 
             doing = {
                 "build": f"building the Debian {lxc.SUITE} base image with debootstrap (once, about two minutes)",
@@ -286,7 +286,7 @@ class LocalProvider:
             "memory_mb": spec.local.memory_mb,
             "host_cpus": len(os.sched_getaffinity(0)),
             # The driver runs with this interpreter and this package, wherever it is installed.
-            "driver": [sys.executable, "-m", "deployer.providers.lxc"],
+            "driver": [sys.executable, "-m", "deployer.providers.local.lxc"],
         }
 
     def forget(self, state: "ClusterState", env: dict[str, str]) -> None:

@@ -25,9 +25,9 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlparse
 
-from ..lifetime import iso, parse_iso
-from .openstack_observe import session
-from .openstack_session import cloud_errors
+from ...lifetime import iso, parse_iso
+from .observe import session
+from .session import cloud_errors
 
 MARGIN = timedelta(days=1)  # past the cluster's expiry: the timer's last tries still authenticate
 

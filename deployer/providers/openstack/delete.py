@@ -16,10 +16,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from ..errors import NoLongerExpired, OperationFailed
-from .openstack_observe import observe, session, tagged
-from .openstack_session import cloud_errors
-from .openstack_teardown import cluster_servers, expiry
+from ...errors import NoLongerExpired, OperationFailed
+from .observe import observe, session, tagged
+from .session import cloud_errors
+from .teardown import cluster_servers, expiry
 
 SERVER_DELETE_TIMEOUT_S = 600
 

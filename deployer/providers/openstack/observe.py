@@ -16,12 +16,12 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import OperationFailed
-from ..nodes import node_name_pattern
-from ..terraform import environment
-from .base import Machine, Observation
-from .openstack_session import cloud_errors, connect, quiet_sdk_logs
-from .openstack_teardown import CLUSTER_ID_KEY, CLUSTER_KEY
+from ...errors import OperationFailed
+from ...nodes import node_name_pattern
+from ...terraform import environment
+from ..base import Machine, Observation
+from .session import cloud_errors, connect, quiet_sdk_logs
+from .teardown import CLUSTER_ID_KEY, CLUSTER_KEY
 
 # A state dir made before cluster ids (origin.json without one): its resources carry the
 # name only. They are matched the old way, by the name, among the resources that carry

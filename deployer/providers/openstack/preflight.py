@@ -1,7 +1,7 @@
 """OpenStack preflight: what the spec needs, checked through openstacksdk before Terraform.
 
 Every check reads; nothing is created. The session (credentials, errors as one line) is
-openstack_session.py; the quota arithmetic, openstack_quota.py; this module looks up
+session.py; the quota arithmetic, quota.py; this module looks up
 the flavor, image, networks, key pair and the cluster's own servers, and decides.
 """
 
@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PreflightError
-from .openstack_observe import carrying, named_servers, others_of_the_name
-from .openstack_quota import (
+from ...errors import PreflightError
+from .observe import carrying, named_servers, others_of_the_name
+from .quota import (
     _quota_message,
     _quotas,
     fit,
@@ -26,10 +26,10 @@ from .openstack_quota import (
     net_of,
     own_usage,
 )
-from .openstack_session import client_config_env, cloud_errors, connect, quiet_sdk_logs
+from .session import client_config_env, cloud_errors, connect, quiet_sdk_logs
 
 if TYPE_CHECKING:
-    from ..spec import ClusterSpec
+    from ...spec import ClusterSpec
 
 
 # ---- the cloud -----------------------------------------------------------------------------
@@ -142,7 +142,7 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
     warnings: list[str] = []
 
     if o.auto_teardown:
-        from .openstack_appcred import login_restriction
+        from .appcred import login_restriction
 
         why = login_restriction(conn)
         if why:

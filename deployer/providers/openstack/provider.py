@@ -2,7 +2,7 @@
 
 Making machines is Terraform's (terraform/openstack); setting them up is Ansible's and
 reads only the `cluster` output. This class implements base.Provider and
-keeps openstacksdk out of import time (openstack_preflight imports it lazily).
+keeps openstacksdk out of import time (preflight.py imports it lazily).
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import terraform, ui
-from ..credentials import write_secret
-from ..errors import OperationFailed
-from .base import CloudCluster, Observation, Repair
-from .openstack_teardown import CLUSTER_ID_KEY, CLUSTER_KEY, expiry
+from ... import terraform, ui
+from ...credentials import write_secret
+from ...errors import OperationFailed
+from ..base import CloudCluster, Observation, Repair
+from .teardown import CLUSTER_ID_KEY, CLUSTER_KEY, expiry
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
-    from ..spec import ClusterSpec
-    from ..state import ClusterState
-    from .openstack_preflight import PreflightResult
+    from ...cluster import Cluster
+    from ...spec import ClusterSpec
+    from ...state import ClusterState
+    from .preflight import PreflightResult
 
 class OpenStackProvider:
     name = "openstack"
@@ -35,7 +35,7 @@ class OpenStackProvider:
 
     def preflight(self, spec: ClusterSpec, state: ClusterState) -> PreflightResult:
         """Auth, flavor, image, networks, key pair, floating IP and quotas; creates nothing."""
-        from .openstack_preflight import check
+        from .preflight import check
 
         with ui.status(f"Checking OpenStack project for {spec.nodes} node(s) of {spec.openstack.flavor}"):
             result = check(spec, cluster_exists=terraform.has_resources(state.terraform_dir / "openstack"),
@@ -61,7 +61,7 @@ class OpenStackProvider:
         o = spec.openstack
         m = spec.monitoring
         expose = bool(m.enabled and m.expose)
-        from .openstack_preflight import UUID
+        from .preflight import UUID
 
         image_key = "image_id" if UUID.match(o.image) else "image_name"
         values: dict[str, Any] = {
@@ -103,7 +103,7 @@ class OpenStackProvider:
         return {k: v for k, v in values.items() if v is not None}
 
     def terraform_env(self, spec: ClusterSpec) -> dict[str, str]:
-        from .openstack_session import client_config_env
+        from .session import client_config_env
 
         return client_config_env(spec.openstack.cloud)
 
@@ -118,7 +118,7 @@ class OpenStackProvider:
         record = read_teardown_credential(state)
         if not record:
             return
-        from .openstack_appcred import revoke
+        from .appcred import revoke
 
         try:
             revoke(env, record)
@@ -140,25 +140,25 @@ class OpenStackProvider:
         }
 
     def expired_in_cloud(self, env: dict[str, str], at: datetime) -> list[CloudCluster]:
-        from .openstack_observe import deployer_servers
+        from .observe import deployer_servers
 
         return expired_clusters(deployer_servers(env), at)
 
     def delete_from_cloud(self, env: dict[str, str], found: CloudCluster, *, say: Callable[[str], None],
                           expired_at: datetime) -> list[str]:
-        from .openstack_delete import delete_cluster
+        from .delete import delete_cluster
 
         return delete_cluster(env, found.name, found.cluster_id, say=say, expired_at=expired_at)
 
     def observe(self, state: ClusterState, env: dict[str, str], nodes: list[str]) -> Observation:
-        from .openstack_observe import observe
+        from .observe import observe
 
         return observe(state.name, _cluster_id(state), env, nodes)
 
     def repair(self, spec: ClusterSpec, state: ClusterState, cluster: Cluster, seen: Observation) -> Repair:
         """Start what an operator stopped. A deleted server needs nothing here: Terraform's
         refresh sees it gone and makes it anew (a new server id: it is configured again)."""
-        from .openstack_observe import start
+        from .observe import start
 
         stopped = [n for n, m in seen.nodes.items() if m.state == "stopped"]
         if stopped:
@@ -170,7 +170,7 @@ class OpenStackProvider:
         whose access rules name each of this cluster's servers. Made anew when the servers
         change (scale, a replaced node) or the cluster now outlives it, then the old one
         revoked; revoked when the option is off."""
-        from . import openstack_appcred as appcred
+        from . import appcred
 
         record = read_teardown_credential(state)
         life = state.read_record(state.lifetime_file)
@@ -195,7 +195,7 @@ class OpenStackProvider:
         return f"`openstack console log show {node}` (the VM's console: cloud-init prints its errors there)"
 
     def manual_cleanup_hint(self, state: ClusterState) -> str:
-        from .openstack_observe import LEGACY, id_tag, name_tag
+        from .observe import LEGACY, id_tag, name_tag
 
         cluster, cid = state.name, _cluster_id(state)
         if cid in (None, LEGACY):  # resources without an id: by the name, as they were made
@@ -245,7 +245,7 @@ def _cluster_id(state: ClusterState) -> str | None:
     """The id the cluster's resources carry: its own; LEGACY for a state dir made before
     ids (origin.json without one: its next `up` puts the new id on them); None when the
     state dir has made nothing."""
-    from .openstack_observe import LEGACY
+    from .observe import LEGACY
 
     if state.cluster_id:
         return state.cluster_id

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .openstack_session import cloud_errors
+from .session import cloud_errors
 
 if TYPE_CHECKING:
-    from ..spec import ClusterSpec
+    from ...spec import ClusterSpec
 
 MONITORING_PORTS = 1  # Grafana 3000; Prometheus is never exposed (terraform/openstack: monitoring_ports)
 GPU_RESOURCE = re.compile(r"^resources[A-Za-z0-9_-]*:(VGPU|PGPU|CUSTOM_[A-Z0-9_]*GPU[A-Z0-9_]*)$")

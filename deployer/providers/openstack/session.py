@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import OperationFailed, PreflightError
+from ...errors import OperationFailed, PreflightError
 
 CLOUDS_YAML_FIX = (
     "put your cloud's entry in clouds.yaml (./clouds.yaml or ~/.config/openstack/clouds.yaml; "
