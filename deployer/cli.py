@@ -216,8 +216,8 @@ def bench(
 ) -> None:
     """ResNet data-parallel + allreduce scaling study across 1..N nodes, run on the master;
     with --data, time to a target accuracy on real data per N."""
-    from . import bench as bench_mod
-    from . import bench_report
+    from .bench import report as bench_report
+    from .bench import sweep as bench_mod
 
     st = _state(name, state_dir)
     cluster = _up_cluster(st)
@@ -237,7 +237,7 @@ def bench(
         if given:
             raise UsageError(f"{given[0]} is for the synthetic benchmark; with --data the dataset's manifest sets "
                              "the model and batch: drop it, or drop --data")
-        from . import bench_train
+        from .bench import training as bench_train
 
         topts = bench_train.make_train_options(cluster, data=data, target_acc=target_acc, nodes=nodes, epochs=epochs,
                                                threads=threads, amp=amp, run_timeout_s=timeout, via=via,
@@ -259,7 +259,7 @@ def bench(
 
 
 def _synthetic(st, cluster: Cluster, **flags) -> dict:
-    from . import bench as bench_mod
+    from .bench import sweep as bench_mod
 
     return bench_mod.run_on_cluster(st, cluster, bench_mod.make_options(cluster, **flags))
 

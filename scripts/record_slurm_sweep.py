@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from deployer import bench
+from deployer.bench import sweep as bench
 from deployer.remote import MasterRunner
 from deployer.state import ClusterState
 

@@ -3,7 +3,7 @@
 
 from pathlib import Path
 
-from deployer.bench_failure import diagnose, untag
+from deployer.bench.failure import diagnose, untag
 
 from ..clusters import typed
 

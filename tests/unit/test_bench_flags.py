@@ -1,4 +1,4 @@
-"""deployer.bench: flag validation, the remote command strings, output parsing."""
+"""deployer.bench.sweep: flag validation, the remote command strings, output parsing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from deployer import bench
+from deployer.bench import sweep as bench
 from deployer.cluster import Cluster
 from deployer.errors import UsageError
 
@@ -188,7 +188,8 @@ def test_pair_command_runs_the_server_on_the_receiver():
 
 
 def test_network_summary_names_the_slowest_link_table_and_plot(tmp_path):
-    from deployer import bench_report, metrics
+    from deployer.bench import metrics
+    from deployer.bench import report as bench_report
 
     pairs = [{"src": "d-master", "dst": "d-worker-1", "gbit_s": 9.0}, {"src": "d-master", "dst": "d-worker-2", "gbit_s": 1.5},
              {"src": "d-worker-1", "dst": "d-worker-2", "gbit_s": None}]

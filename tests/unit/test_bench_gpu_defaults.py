@@ -10,7 +10,9 @@ from dataclasses import asdict
 import pytest
 from typer.testing import CliRunner
 
-from deployer import bench, bench_report, cli
+from deployer import cli
+from deployer.bench import report as bench_report
+from deployer.bench import sweep as bench
 from deployer.cluster import Cluster
 
 

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from deployer import bench, bench_report, bench_schema
+from deployer.bench import report as bench_report
+from deployer.bench import schema as bench_schema
+from deployer.bench import sweep as bench
 from deployer.cluster import Cluster
 from deployer.errors import OperationFailed
 
@@ -61,7 +63,7 @@ def test_only_resnet50_is_compared(model):
 def test_every_entry_names_its_source_and_ships_in_the_package():
     data = json.loads(bench_report.REFERENCE_FILE.read_text())
     assert data["model"] == "resnet50" and data["entries"]
-    pkg = Path(bench_report.__file__).parent
+    pkg = Path(bench_report.__file__).parents[1]  # deployer/
     assert bench_report.REFERENCE_FILE.is_relative_to(pkg)  # inside deployer/: the wheel carries it
     for e in data["entries"]:
         re.compile(e["gpu_pattern"])

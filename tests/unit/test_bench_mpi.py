@@ -193,7 +193,7 @@ def fake_cluster(tmp_path):
 
 
 def test_sweep_on_fake_cluster(fake_cluster, tmp_path):
-    from deployer import bench
+    from deployer.bench import sweep as bench
 
     cl, runner = fake_cluster
     opts = bench.make_options(cl, nodes="1,2", model="resnet18", batch_size=2, image_size=32,
@@ -233,7 +233,7 @@ def test_sweep_on_fake_cluster(fake_cluster, tmp_path):
 
 
 def test_hung_run_is_killed_and_reported(fake_cluster, tmp_path):
-    from deployer import bench
+    from deployer.bench import sweep as bench
     from deployer.errors import OperationFailed
 
     cl, runner = fake_cluster

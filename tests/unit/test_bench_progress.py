@@ -2,7 +2,7 @@
 
 import json
 
-from deployer.bench_progress import RunProgress, SweepProgress
+from deployer.bench.progress import RunProgress, SweepProgress
 
 
 def feed(p, **ev):

@@ -1,4 +1,4 @@
-"""deployer.bench.run_bench in the fast tier: a recorded sweep replayed.
+"""deployer.bench.sweep.run_bench in the fast tier: a recorded sweep replayed.
 
 tests/fixtures/bench/sweep_2node_recorded.json holds every command a real 2-rank sweep
 sent to the master and what came back (recorded from the slow tier's
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer import bench
+from deployer.bench import sweep as bench
 from deployer.cluster import Cluster
 
 RECORDED = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "sweep_2node_recorded.json").read_text())

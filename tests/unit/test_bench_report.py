@@ -1,4 +1,4 @@
-"""deployer.bench_report: the formulas by hand, the --json schema, the files."""
+"""deployer.bench.report: the formulas by hand, the --json schema, the files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from deployer import bench_report as br
+from deployer.bench import report as br
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

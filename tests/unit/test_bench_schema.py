@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from deployer import bench_report, bench_schema
+from deployer.bench import report as bench_report
+from deployer.bench import schema as bench_schema
 from deployer.errors import RecordError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "results_local_3node.json"

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from deployer import bench
-from deployer.bench_failure import diagnose
-from deployer.bench_progress import RunProgress, SweepProgress
+from deployer.bench import sweep as bench
+from deployer.bench.failure import diagnose
+from deployer.bench.progress import RunProgress, SweepProgress
 from deployer.cluster import Cluster
 from deployer.errors import OperationFailed, UsageError
 

@@ -18,9 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from deployer import bench, bench_report, bench_schema, bench_train, metrics, storage_reads, ui
-from deployer.bench_failure import untag
-from deployer.bench_progress import RunProgress
+from deployer import ui
+from deployer.bench import metrics, storage_reads
+from deployer.bench import report as bench_report
+from deployer.bench import schema as bench_schema
+from deployer.bench import sweep as bench
+from deployer.bench import training as bench_train
+from deployer.bench.failure import untag
+from deployer.bench.progress import RunProgress
 from deployer.cluster import Cluster
 from deployer.errors import UsageError
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployer import metrics
+from deployer.bench import metrics
 from tests import dashboard_checks as dashboard
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""deployer.metrics: benchmark results as deployer_bench_* series, pushed to a real Pushgateway.
+"""deployer.bench.metrics: benchmark results as deployer_bench_* series, pushed to a real Pushgateway.
 
 The push tests start prometheus-pushgateway (Debian/Ubuntu package of that name) on
 127.0.0.1 with a free port; they are skipped when the binary is not installed.
@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from deployer import metrics
+from deployer.bench import metrics
 from deployer.errors import OperationFailed
 
 PUSHGATEWAY = shutil.which("prometheus-pushgateway") or shutil.which("pushgateway")

@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployer import credentials, metrics
+from deployer import credentials
+from deployer.bench import metrics
 from tests import dashboard_checks as dashboard
 from tests.unit.test_slurm_metrics import REC as SLURM_RECORDED
 from tests.unit.test_slurm_metrics import metrics as slurm_metrics
@@ -68,7 +69,7 @@ TRAINING_RUN = "20241231T120000Z"
 def training_result(tmp: Path) -> dict:
     """A `bench --data` report as the sweep makes it: recorded resnet_train.py output and
     Prometheus answers replayed (tests/unit/test_bench_train.py)."""
-    from deployer import bench_train
+    from deployer.bench import training as bench_train
     from tests.unit.test_bench_train import RUNS, ReplayRunner, make_cluster
 
     cluster = make_cluster(str(tmp / "shared"))
@@ -293,7 +294,7 @@ def test_gpu_panels_are_empty_on_a_cpu_node(stack):
 def test_the_bench_reads_the_shared_storage_throughput_from_this_prometheus(stack):
     """storage_reads' command run here (curl against the real Prometheus, as on the master):
     the master's disk counter answers with a figure; NFS has no series, and the note says why."""
-    from deployer import storage_reads
+    from deployer.bench import storage_reads
 
     port = int(stack.rsplit(":", 1)[1])
     end = time.time() - 1

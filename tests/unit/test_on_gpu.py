@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from deployer import gpu_facts, gpu_runtime
-from deployer.bench_report import nvidia_reference
+from deployer.bench.report import nvidia_reference
 
 torch = pytest.importorskip("torch")
 

@@ -1,4 +1,4 @@
-"""deployer.storage_reads: the shared storage's reads during a run, from Prometheus's answers.
+"""deployer.bench.storage_reads: the shared storage's reads during a run, from Prometheus's answers.
 
 The answers are Prometheus's own (tests/fixtures/bench/train_digits/storage_queries.out,
 recorded on a local cluster's master); tests/unit/test_monitoring_stack.py runs the command
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer import storage_reads
+from deployer.bench import storage_reads
 
 RECORDED = (Path(__file__).resolve().parents[1] / "fixtures/bench/train_digits/storage_queries.out").read_text()
 

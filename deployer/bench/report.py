@@ -29,7 +29,7 @@ from typing import Any
 
 from rich.table import Table
 
-from .bench_schema import SCHEMA, validate
+from .schema import SCHEMA, validate
 
 
 def efficiency(t_n: float, n: int, t_1: float) -> float:
@@ -58,7 +58,7 @@ def gbit_to_gbyte(gbit_s: float) -> float:
 
 
 # --- NVIDIA's published ResNet-50 training throughput: the yardstick for img/s per GPU -----
-REFERENCE_FILE = Path(__file__).parent / "data" / "nvidia_resnet50_reference.json"
+REFERENCE_FILE = Path(__file__).parents[1] / "data" / "nvidia_resnet50_reference.json"
 
 
 @cache
@@ -305,7 +305,7 @@ CSV_FIELDS = [
 
 def write_files(report: dict[str, Any], outdir: Path) -> dict[str, Any]:
     """Write results.json, results.csv and the PNG plots into outdir; fill report["files"].
-    The report is checked against the schema (deployer/bench_schema.py) first."""
+    The report is checked against the schema (deployer/bench/schema.py) first."""
     validate(report)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)

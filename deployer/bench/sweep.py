@@ -16,7 +16,7 @@ results, so each run can be repeated by hand on the master. Order:
   5. with --net: iperf3 between every pair of nodes (a ring beyond 8 nodes), one at a
      time, for the matrix and the slowest link
 
-`bench --data` (deployer/bench_train.py: time to a target accuracy on real data) runs its
+`bench --data` (deployer/bench/training.py: time to a target accuracy on real data) runs its
 own sweep on the same Session: the commands log, the launch by mpirun or sbatch, the stop
 of every rank after a failure and the NCCL logs are one code path for both.
 """
@@ -33,9 +33,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from deployer import bench_report, ui
-from deployer.bench_failure import diagnose, untag
-from deployer.bench_progress import RunProgress, SweepProgress
+from deployer import ui
+from deployer.bench import report as bench_report
+from deployer.bench.failure import diagnose, untag
+from deployer.bench.progress import RunProgress, SweepProgress
 from deployer.errors import OperationFailed, UsageError
 
 if TYPE_CHECKING:
@@ -626,7 +627,7 @@ def run_on_cluster(state: Any, cluster: Cluster, opts: Launch, sweep: Sweep | No
 def push_results(state: Any, cluster: Cluster, report: dict[str, Any]) -> bool:
     """The report -> the Pushgateway on the master, through an SSH tunnel (-> Grafana's
     Benchmarks dashboard). A failure is a warning: the results are in the state dir."""
-    from deployer import metrics
+    from deployer.bench import metrics
     from deployer.credentials import pushgateway_login
     from deployer.remote import ssh_argv
     from deployer.tunnel import open_tunnel

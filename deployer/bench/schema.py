@@ -1,7 +1,7 @@
 """The benchmark report's schema: what results.json, `bench --json`, the console tables,
 the plots and the Pushgateway series are made from.
 
-The bench builds the report as a plain dict (deployer/bench_report.py) and validates it
+The bench builds the report as a plain dict (deployer/bench/report.py) and validates it
 here before anything is written, so a report on disk always has this shape. Version 2
 added `network` (bench --net), `files.timeline` and `versions.kernel`; version 3 `reference`
 (NVIDIA's published figure for the run's GPU) and `files.nccl_logs`; version 4
@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import RecordError
+from ..errors import RecordError
 
 SCHEMA = 6
 READABLE = (1, 2, 3, 4, 5, 6)
@@ -118,7 +118,7 @@ class Epoch(_Model):
 
 
 class StorageReads(_Model):
-    """The shared storage's reads during one run, from node_exporter (deployer/storage_reads.py)."""
+    """The shared storage's reads during one run, from node_exporter (deployer/bench/storage_reads.py)."""
     window_s: int = Field(ge=1)  # the query's range: the run plus one scrape interval
     run_s: float = Field(ge=0)
     nfs_clients_mb_per_s: float | None  # None: no NFS client counters (local: a bind mount)

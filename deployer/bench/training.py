@@ -29,8 +29,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deployer import bench, bench_report, datasets, storage_reads, ui
-from deployer.bench_progress import RunProgress
+from deployer import datasets, ui
+from deployer.bench import report as bench_report
+from deployer.bench import storage_reads
+from deployer.bench import sweep as bench
+from deployer.bench.progress import RunProgress
 from deployer.errors import OperationFailed, UsageError
 
 if TYPE_CHECKING:

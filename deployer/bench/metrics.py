@@ -37,8 +37,8 @@ from urllib.error import URLError
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 from prometheus_client.exposition import basic_auth_handler, default_handler
 
-from .credentials import Login
-from .errors import OperationFailed
+from ..credentials import Login
+from ..errors import OperationFailed
 
 JOB = "deployer_bench"
 PUSHGATEWAY_PORT = 9091
@@ -85,7 +85,7 @@ def _run_mode(result: Mapping[str, Any]) -> tuple[str, str]:
 
 def _info_labels(versions: Mapping[str, Any]) -> dict[str, str]:
     """deployer_bench_info's labels: the record's scalar fields, and from what the bench
-    nests (deployer/bench.py) the benchmark's software versions (torch, MPI, NCCL, CUDA,
+    nests (deployer/bench/sweep.py) the benchmark's software versions (torch, MPI, NCCL, CUDA,
     driver...), the all-reduce backend as allreduce_*, and the profile and threads."""
     flat: dict[str, Any] = {k: v for k, v in versions.items() if not isinstance(v, Mapping)}
     for key, value in (versions.get("benchmark") or {}).items():

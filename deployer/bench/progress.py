@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import ui
+from .. import ui
 
 
 def progress_event(line: str) -> dict[str, Any] | None:
