@@ -60,7 +60,7 @@ def stream(argv: Sequence[str], *, timeout: float, on_line: Callable[[str], None
 
 
 class MasterRunner:
-    """Runs one shell command on the master as the cluster user (deployer.bench's Runner)."""
+    """Runs one shell command on the master as the cluster user (deployer.bench.sweep's Runner)."""
 
     def __init__(self, state: "ClusterState", cluster: Cluster):
         self.argv = ssh_argv(state, cluster.master)

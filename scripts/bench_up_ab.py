@@ -57,8 +57,9 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=2)
     a = ap.parse_args()
     for label, checkout in (("a", a.a), ("b", a.b)):
-        subprocess.run([sys.executable, "-m", "deployer.providers.local.lxc", "base-image"], env=env_for(checkout, label), check=True,
-                       capture_output=True)
+        # The driver's module as that checkout names it (providers/local/ since 2026-11-25).
+        driver = "deployer.providers.local.lxc" if (checkout / "deployer/providers/local/lxc.py").exists() else "deployer.providers.lxc"
+        subprocess.run([sys.executable, "-m", driver, "base-image"], env=env_for(checkout, label), check=True, capture_output=True)
     times: dict[str, list[float]] = {"a": [], "b": []}
     for i in range(a.pairs):
         for label, checkout in (("a", a.a), ("b", a.b)):

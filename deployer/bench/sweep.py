@@ -57,7 +57,7 @@ class Runner(Protocol):
 
 
 class Launch(Protocol):
-    """What a sweep's options say about launching runs (BenchOptions, bench_train.TrainOptions)."""
+    """What a sweep's options say about launching runs (BenchOptions, training.TrainOptions)."""
     via: str
     run_timeout_s: int
     queue_timeout_s: int
@@ -608,7 +608,7 @@ Sweep = Callable[[Runner, "Cluster", Any, str, Path], dict[str, Any]]
 
 
 def run_on_cluster(state: Any, cluster: Cluster, opts: Launch, sweep: Sweep | None = None) -> dict[str, Any]:
-    """A sweep on the master (run_bench, or bench_train.run_train for --data), under the
+    """A sweep on the master (run_bench, or training.run_train for --data), under the
     cluster's bench lock (one benchmark at a time); on Ctrl-C no rank is left running on any node."""
     from deployer.remote import MasterRunner
 

@@ -1,6 +1,6 @@
 """`deployer bench --data NAME`: time to a target accuracy on real data, per node count.
 
-The real-data companion of deployer.bench.run_bench, on the same machinery (bench.Session:
+The real-data companion of deployer.bench.sweep.run_bench, on the same machinery (sweep.Session:
 one shell command string per remote step, logged and saved to commands.sh; each run an
 mpirun over the hostfile or, with --via slurm, an sbatch job followed on the master).
 Order:
@@ -11,7 +11,7 @@ Order:
   3. for each N: benchmarks/resnet_train.py on N nodes until the target top-1 (or its
      last epoch), checkpointing into <run dir>/ckpt-N
   4. on GPU nodes: the non-empty NCCL warning logs, copied back (bench.Session.copy_nccl_logs)
-  5. the report (bench_report.training_report): `training` per N, and `results` rows of
+  5. the report (report.training_report): `training` per N, and `results` rows of
      img/s with data loading (mode "train", the median epoch), so E(N) and the
      Pushgateway series read as the synthetic sweep's
 

@@ -1,4 +1,4 @@
-"""`deployer bench --data` (deployer.bench_train) in the fast tier: real resnet_train.py output replayed.
+"""`deployer bench --data` (deployer.bench.training) in the fast tier: real resnet_train.py output replayed.
 
 tests/fixtures/bench/train_digits/ holds what benchmarks/resnet_train.py printed on this
 machine, training on the digits dataset to top-1 0.9 at 1 and 2 ranks, and a 2-rank run

@@ -2,7 +2,7 @@
 
 Prometheus runs with the scrape configuration the prometheus role renders (Ansible's
 template module over a one-node inventory whose private_ip is 127.0.0.1) and the real
-alerting rules; a benchmark result is pushed with deployer.metrics; then every panel
+alerting rules; a benchmark result is pushed with deployer.bench.metrics; then every panel
 query of every dashboard is run the way Grafana would (deployer.dashboard). This is
 the local stand-in for tests/integration/test_monitoring_live.py. node_exporter also serves
 the Slurm series the slurm role's helper renders from recorded sinfo/squeue output, so
