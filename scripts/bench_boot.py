@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """First boot of N local nodes, alone: time until cloud-init has finished on every node,
 and the CPU each node's container used for it, with the local image's trimmed cloud-init
-(two stages, the user-data's modules: deployer/providers/local/lxc.py) against the stock one
+(two stages, the user-data's modules: deployer/providers/local/image.py) against the stock one
 (four stages, every module of Debian's cloud.cfg), side by side.
 
 Run as root from the repo root: `sudo .venv/bin/python scripts/bench_boot.py [--nodes 1,8] [--rounds 2]`.
@@ -25,13 +25,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from deployer import boot  # noqa: E402
-from deployer.providers.local import lxc  # noqa: E402
+from deployer.providers.local import host, image, network, node  # noqa: E402
 from deployer.spec import ClusterSpec  # noqa: E402
 from deployer.state import ClusterState  # noqa: E402
 
 CLUSTER, BRIDGE, SUBNET = "bootbench", "dplbootbench", "10.97.0"
 # The cloud-init stages the image masks (the others it masks are not cloud-init's).
-TRIMMED_UNITS = [u for u in lxc.MASKED_UNITS if u.startswith("cloud-")]
+TRIMMED_UNITS = [u for u in image.MASKED_UNITS if u.startswith("cloud-")]
 
 
 def stock(rootfs: Path) -> None:
@@ -48,7 +48,7 @@ def cpu_s(name: str) -> float:
 
 
 def finished(name: str) -> bool:
-    return any((lxc.LXC_PATH / name / "upper/var/lib/cloud/instances").glob("*/boot-finished"))
+    return any((host.LXC_PATH / name / "upper/var/lib/cloud/instances").glob("*/boot-finished"))
 
 
 def boot_once(n: int, variant: str, work: Path) -> dict:
@@ -60,14 +60,14 @@ def boot_once(n: int, variant: str, work: Path) -> dict:
     names = spec.node_names()
     shared = work / "shared"
     shared.mkdir(exist_ok=True)
-    lxc.network_up(CLUSTER, BRIDGE, f"{SUBNET}.0/24", f"{SUBNET}.1/24")
+    network.network_up(CLUSTER, BRIDGE, f"{SUBNET}.0/24", f"{SUBNET}.1/24")
     try:
         for i, name in enumerate(names):
-            lxc.node_create(name, f"{SUBNET}.{10 + i}/24", f"{SUBNET}.1", BRIDGE, f"{shared}:/shared", 1024,
+            node.node_create(name, f"{SUBNET}.{10 + i}/24", f"{SUBNET}.1", BRIDGE, f"{shared}:/shared", 1024,
                             boot_dir / f"{name}.user-data")
             if variant == "stock":
-                with lxc._mounted(name, lxc.base_rootfs().resolve()):
-                    stock(lxc.LXC_PATH / name / "rootfs")
+                with node._mounted(name, image.base_rootfs().resolve()):
+                    stock(host.LXC_PATH / name / "rootfs")
         t0 = time.perf_counter()
         for name in names:
             subprocess.run(["lxc-start", "-n", name, "-d"], check=True)
@@ -87,8 +87,8 @@ def boot_once(n: int, variant: str, work: Path) -> dict:
         return {"wall_s": max(done.values()), "cpu_s": statistics.mean(cpu.values())}
     finally:
         for name in names:
-            lxc.node_down(name)
-        lxc.network_down(CLUSTER, BRIDGE)
+            node.node_down(name)
+        network.network_down(CLUSTER, BRIDGE)
 
 
 def main() -> None:
@@ -97,7 +97,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     a = ap.parse_args()
     counts = [int(x) for x in a.nodes.split(",")]
-    lxc.ensure_base_image()
+    image.ensure_base_image()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-boot-") as tmp:
         for rnd in range(1, a.rounds + 1):

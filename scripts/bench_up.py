@@ -67,7 +67,7 @@ def print_ratios(rows: list[dict]) -> None:
 
 
 def main() -> int:
-    from deployer.providers.local.lxc import ensure_base_image
+    from deployer.providers.local.image import ensure_base_image
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", default="1,2,4,8")

@@ -15,7 +15,7 @@ output "cluster" {
     # What the nodes are, for the benchmark's reproducibility record.
     machine = { image = "debian-bookworm (LXC, debootstrap)", flavor = "container: ${var.memory_mb} MiB" }
     # With at least one core per node, each node is pinned to cores of its own (the
-    # deployer's CPU plan, deployer/providers/local/lxc.py); with fewer, they share them all.
+    # deployer's CPU plan, deployer/providers/local/pinning.py); with fewer, they share them all.
     shared_cpus = var.host_cpus >= var.node_count ? null : var.host_cpus
     # The nodes use this host's apt and pip sources (its local wheel folders included).
     host_package_sources = true

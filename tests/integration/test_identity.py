@@ -40,14 +40,14 @@ def test_each_container_carries_its_clusters_id_and_the_driver_guards_it(local_c
     import json
     import sys
 
-    from deployer.providers.local import lxc
+    from deployer.providers.local import node
 
     own = json.loads((local_cluster.state / "origin.json").read_text())["cluster_id"]
-    assert {lxc.cluster_id_of(n) for n in _containers()} == {own}
+    assert {node.cluster_id_of(n) for n in _containers()} == {own}
     master = f"{NAME}-master"
     p = subprocess.run([sys.executable, "-m", "deployer.providers.local.lxc", "node-down", "--name", master,
                         "--cluster-id", "000000000000"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "belongs to another cluster" in p.stderr, p.stderr
-    assert lxc.node_state(master) == "RUNNING"
+    assert node.node_state(master) == "RUNNING"
     s = local_cluster.deployer("status", "--json")
     assert s.returncode == 0 and json.loads(s.stdout)["id"] == own

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from deployer.errors import PreflightError
-from deployer.providers.local import lxc
+from deployer.providers.local import network, node
 from deployer.providers.local import provider as local
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
@@ -16,8 +16,8 @@ from deployer.state import ClusterState
 @pytest.fixture
 def healthy(monkeypatch, tmp_path_factory):
     monkeypatch.setattr(local, "CLAIMS_DIR", tmp_path_factory.mktemp("claims"))
-    monkeypatch.setattr(lxc, "containers", lambda name: {})  # no container of the name on this host
-    monkeypatch.setattr(lxc, "nft_table_exists", lambda name: False)  # nor its table
+    monkeypatch.setattr(node, "containers", lambda name: {})  # no container of the name on this host
+    monkeypatch.setattr(network, "nft_table_exists", lambda name: False)  # nor its table
     monkeypatch.setattr(local.os, "geteuid", lambda: 0)
     monkeypatch.setattr(local.shutil, "which", lambda tool: f"/usr/bin/{tool}")
     monkeypatch.setattr(local, "_mem_available_mb", lambda: 16000)
@@ -55,7 +55,7 @@ def test_a_name_another_state_dir_holds_is_refused_naming_it(healthy, tmp_path):
 
 
 def test_containers_this_state_dir_did_not_make_are_refused(healthy, monkeypatch, tmp_path):
-    monkeypatch.setattr(lxc, "containers", lambda name: {f"{name}-master": "running"})
+    monkeypatch.setattr(node, "containers", lambda name: {f"{name}-master": "running"})
     with pytest.raises(PreflightError, match="lab-master of another cluster named 'lab' exist on this machine"):
         check(tmp_path, name="lab", nodes=2)
 
@@ -68,8 +68,8 @@ def test_a_container_made_by_another_cluster_id_is_refused(healthy, monkeypatch,
     st = ClusterState(tmp_path, "lab")
     st.create()
     st.write_record(st.origin_file, {"provider": "local", "terraform_env": {}, "cluster_id": "aaaaaaaaaaaa"})
-    monkeypatch.setattr(lxc, "containers", lambda name: {f"{name}-master": "running"})
-    monkeypatch.setattr(lxc, "cluster_id_of", lambda name: recorded)
+    monkeypatch.setattr(node, "containers", lambda name: {f"{name}-master": "running"})
+    monkeypatch.setattr(node, "cluster_id_of", lambda name: recorded)
     if refused:
         with pytest.raises(PreflightError, match="node lab-master of another cluster named 'lab'"):
             check(tmp_path, name="lab", nodes=2)
@@ -85,10 +85,10 @@ def test_a_cluster_made_before_ids_keeps_its_containers(healthy, monkeypatch, tm
     st = ClusterState(tmp_path, "lab")
     st.create()
     st.write_record(st.origin_file, {"provider": "local", "terraform_env": {}})
-    monkeypatch.setattr(lxc, "containers", lambda name: {f"{name}-master": "running"})
-    monkeypatch.setattr(lxc, "cluster_id_of", lambda name: None)
+    monkeypatch.setattr(node, "containers", lambda name: {f"{name}-master": "running"})
+    monkeypatch.setattr(node, "cluster_id_of", lambda name: None)
     check(tmp_path, name="lab", nodes=2)
-    monkeypatch.setattr(lxc, "cluster_id_of", lambda name: "bbbbbbbbbbbb")
+    monkeypatch.setattr(node, "cluster_id_of", lambda name: "bbbbbbbbbbbb")
     with pytest.raises(PreflightError, match="node lab-master of another cluster"):
         check(tmp_path, name="lab", nodes=2)
 

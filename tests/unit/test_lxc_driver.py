@@ -8,29 +8,29 @@ import subprocess
 
 import pytest
 
-from deployer.providers.local import lxc
+from deployer.providers.local import host, lxc, network, node, pinning
 
 
 def test_stable_mac_is_derived_from_the_address():
     # A node recreated at the same address gets the same MAC: no stale neighbour entry.
-    assert lxc.stable_mac("10.77.0.11/24") == "02:d5:0a:4d:00:0b"
-    assert lxc.stable_mac("10.77.0.11/24") == lxc.stable_mac("10.77.0.11/26")
-    assert lxc.stable_mac("10.77.0.12/24") != lxc.stable_mac("10.77.0.11/24")
+    assert node.stable_mac("10.77.0.11/24") == "02:d5:0a:4d:00:0b"
+    assert node.stable_mac("10.77.0.11/24") == node.stable_mac("10.77.0.11/26")
+    assert node.stable_mac("10.77.0.12/24") != node.stable_mac("10.77.0.11/24")
 
 
 def test_via_master_adds_only_the_host_to_worker_rule():
-    direct = lxc.ruleset("demo", "dpl-demo", "10.77.0.0/24")
-    isolated = lxc.ruleset("demo", "dpl-demo", "10.77.0.0/24", only_master="10.77.0.10")
+    direct = network.ruleset("demo", "dpl-demo", "10.77.0.0/24")
+    isolated = network.ruleset("demo", "dpl-demo", "10.77.0.0/24", only_master="10.77.0.10")
     assert "hook output" not in direct
     assert 'oifname "dpl-demo" ip daddr != 10.77.0.10 ct state new reject' in isolated
-    assert isolated.replace(lxc._isolation("dpl-demo", "10.77.0.10"), "") == direct
+    assert isolated.replace(network._isolation("dpl-demo", "10.77.0.10"), "") == direct
 
 
 @pytest.mark.skipif(shutil.which("nft") is None or os.geteuid() != 0, reason="needs nft and root (nft -c parses against the kernel)")
 @pytest.mark.parametrize("only_master", [None, "10.77.0.10"])
 def test_nft_accepts_the_ruleset(only_master):
     # -c: check only; nothing is loaded.
-    p = subprocess.run(["nft", "-c", "-f", "-"], input=lxc.ruleset("demo", "dpl-demo", "10.77.0.0/24", only_master),
+    p = subprocess.run(["nft", "-c", "-f", "-"], input=network.ruleset("demo", "dpl-demo", "10.77.0.0/24", only_master),
                        text=True, capture_output=True)
     assert p.returncode == 0, p.stderr
 
@@ -38,15 +38,15 @@ def test_nft_accepts_the_ruleset(only_master):
 def test_parse_containers_keeps_the_clusters_nodes_only():
     every = "demo-master\ndemo-worker-1\ndemo-worker-12\ndemo-workers\ndemo2-master\nother-master\n"
     running = "demo-master\ndemo-workers\nother-master\n"
-    assert lxc.parse_containers(every, running, "demo") == {"demo-master": "running", "demo-worker-1": "stopped", "demo-worker-12": "stopped"}
-    assert lxc.parse_containers("", "", "demo") == {}
+    assert node.parse_containers(every, running, "demo") == {"demo-master": "running", "demo-worker-1": "stopped", "demo-worker-12": "stopped"}
+    assert node.parse_containers("", "", "demo") == {}
 
 
 def test_driver_errors_stay_in_the_error_family(tmp_path, capsys):
     from deployer.errors import DeployerError
 
     with pytest.raises(DeployerError, match="no user-data"):
-        lxc.node_up("zz-unit-master", "10.99.0.10/24", "10.99.0.1", "dpl-none", f"{tmp_path}:/shared", 512, tmp_path / "absent")
+        node.node_up("zz-unit-master", "10.99.0.10/24", "10.99.0.1", "dpl-none", f"{tmp_path}:/shared", 512, tmp_path / "absent")
     # Only the command-line entry point turns it into an exit status.
     assert lxc.main(["node-up", "--name", "zz-unit-master", "--ip", "10.99.0.10/24", "--gateway", "10.99.0.1", "--bridge", "x",
                      "--shared", f"{tmp_path}:/shared", "--memory-mb", "512", "--user-data", str(tmp_path / "absent")]) == 1
@@ -54,10 +54,10 @@ def test_driver_errors_stay_in_the_error_family(tmp_path, capsys):
 
 
 def test_cpu_plan_gives_each_node_its_own_cores_when_there_are_enough():
-    assert lxc.cpu_plan([0, 1], 2) == ["0", "1"]
-    assert lxc.cpu_plan([0, 1, 2, 3, 4, 5, 6, 7], 3) == ["0,1", "2,3", "4,5"]  # 6 and 7 stay free
-    assert lxc.cpu_plan([2, 3, 5], 1) == ["2,3,5"]  # the host's allowed cores, whatever their numbers
-    assert lxc.cpu_plan([0, 1], 3) is None  # fewer cores than nodes: they share
+    assert pinning.cpu_plan([0, 1], 2) == ["0", "1"]
+    assert pinning.cpu_plan([0, 1, 2, 3, 4, 5, 6, 7], 3) == ["0,1", "2,3", "4,5"]  # 6 and 7 stay free
+    assert pinning.cpu_plan([2, 3, 5], 1) == ["2,3,5"]  # the host's allowed cores, whatever their numbers
+    assert pinning.cpu_plan([0, 1], 3) is None  # fewer cores than nodes: they share
 
 
 def _tool(bindir, name, rc, stdout="", stderr=""):
@@ -102,23 +102,23 @@ def test_a_table_that_is_not_there_is_absent(tmp_path, monkeypatch):
 def test_ip_forward_is_turned_off_again_by_the_last_down_only_when_the_deployer_turned_it_on(tmp_path, monkeypatch):
     # The switch and the mark in files of the test's own; nft answers as the host would.
     switch, mark = tmp_path / "ip_forward", tmp_path / "mark"
-    monkeypatch.setattr(lxc, "IP_FORWARD", switch)
-    monkeypatch.setattr(lxc, "FORWARD_MARK", mark)
+    monkeypatch.setattr(network, "IP_FORWARD", switch)
+    monkeypatch.setattr(network, "FORWARD_MARK", mark)
     tables = {"text": ""}
-    monkeypatch.setattr(lxc, "sh", lambda *a, **k: subprocess.CompletedProcess(a, 0, tables["text"], ""))
+    monkeypatch.setattr(network, "sh", lambda *a, **k: subprocess.CompletedProcess(a, 0, tables["text"], ""))
     switch.write_text("0\n")
-    lxc.forwarding_on()
+    network.forwarding_on()
     assert switch.read_text() == "1\n" and mark.exists()
     tables["text"] = "table ip deployer_other\n"  # another cluster still up: stays on
-    lxc.forwarding_restored()
+    network.forwarding_restored()
     assert switch.read_text() == "1\n"
     tables["text"] = "table inet filter\n"
-    lxc.forwarding_restored()
+    network.forwarding_restored()
     assert switch.read_text() == "0\n" and not mark.exists()
     # On before the deployer came: left on.
     switch.write_text("1\n")
-    lxc.forwarding_on()
-    lxc.forwarding_restored()
+    network.forwarding_on()
+    network.forwarding_restored()
     assert switch.read_text() == "1\n" and not mark.exists()
 
 
@@ -126,15 +126,15 @@ def test_ip_forward_is_turned_off_again_by_the_last_down_only_when_the_deployer_
 def test_the_driver_never_destroys_a_container_another_cluster_made(monkeypatch, tmp_path):
     """node-down of cluster A's Terraform, on a container of the same name that cluster B
     made (its id recorded beside the config): refused, and the container stays."""
-    monkeypatch.setattr(lxc, "LXC_PATH", tmp_path)
+    monkeypatch.setattr(node, "LXC_PATH", tmp_path)
     name = "idtest-master"  # no such container: lxc-info says ABSENT, only the directory is at stake
     (tmp_path / name).mkdir()
-    (tmp_path / name / lxc.CLUSTER_ID_FILE).write_text("bbbbbbbbbbbb\n")
-    assert lxc.cluster_id_of(name) == "bbbbbbbbbbbb"
-    with pytest.raises(lxc.DriverError, match="belongs to another cluster \\(id bbbbbbbbbbbb, not aaaaaaaaaaaa\\)"):
-        lxc.node_down(name, "aaaaaaaaaaaa")
+    (tmp_path / name / node.CLUSTER_ID_FILE).write_text("bbbbbbbbbbbb\n")
+    assert node.cluster_id_of(name) == "bbbbbbbbbbbb"
+    with pytest.raises(host.DriverError, match="belongs to another cluster \\(id bbbbbbbbbbbb, not aaaaaaaaaaaa\\)"):
+        node.node_down(name, "aaaaaaaaaaaa")
     assert (tmp_path / name).is_dir()
     assert lxc.main(["node-down", "--name", name, "--cluster-id", "aaaaaaaaaaaa"]) == 1  # as Terraform calls it
     assert (tmp_path / name).is_dir()
-    lxc.node_down(name, "bbbbbbbbbbbb")  # its own cluster's destroy
+    node.node_down(name, "bbbbbbbbbbbb")  # its own cluster's destroy
     assert not (tmp_path / name).exists()

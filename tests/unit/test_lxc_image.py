@@ -1,7 +1,7 @@
 """The local image's trimmed cloud-init still applies every key of the user-data.
 
 The image runs two of cloud-init's four stages and only the modules the user-data needs
-(deployer/providers/local/lxc.py, CLOUD_CFG). Which module reads which key is cloud-init's own
+(deployer/providers/local/image.py, CLOUD_CFG). Which module reads which key is cloud-init's own
 knowledge: its JSON schema names, per module, the keys it takes. The host's cloud-init
 is Debian bookworm's, the version the image boots with (`make deps` installs it).
 """
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from deployer import boot
-from deployer.providers.local import lxc
+from deployer.providers.local import image
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 
@@ -46,7 +46,7 @@ def user_data_keys(tmp_path: Path) -> list[str]:
 
 
 def enabled() -> set[str]:
-    cfg = yaml.safe_load(lxc.CLOUD_CFG)
+    cfg = yaml.safe_load(image.CLOUD_CFG)
     return {m.replace("-", "_") for stage in ("cloud_init_modules", "cloud_config_modules", "cloud_final_modules")
             for m in cfg[stage]}
 
@@ -63,7 +63,7 @@ def test_every_user_data_key_keeps_every_module_that_reads_it(tmp_path):
 
 def test_the_check_fails_when_a_module_goes(tmp_path, monkeypatch):
     # Not a rubber stamp: without set_passwords, ssh_pwauth would be silently ignored.
-    monkeypatch.setattr(lxc, "CLOUD_CFG", lxc.CLOUD_CFG.replace(", set_passwords", ""))
+    monkeypatch.setattr(image, "CLOUD_CFG", image.CLOUD_CFG.replace(", set_passwords", ""))
     with pytest.raises(AssertionError, match="'ssh_pwauth' is read by \\['set_passwords'\\]"):
         test_every_user_data_key_keeps_every_module_that_reads_it(tmp_path)
 
@@ -76,13 +76,13 @@ def test_every_listed_module_exists_in_cloud_init():
 
 def test_the_masked_stages_are_cloud_inits_units_and_the_final_stage_stays():
     for unit in ("cloud-init-local.service", "cloud-config.service"):
-        assert unit in lxc.MASKED_UNITS
+        assert unit in image.MASKED_UNITS
         assert (UNITS / unit).exists(), f"{unit} is not a unit of the installed cloud-init"
     # The final stage writes result.json: without it `cloud-init status` says running forever.
-    assert not {"cloud-init.service", "cloud-final.service"} & set(lxc.MASKED_UNITS)
+    assert not {"cloud-init.service", "cloud-final.service"} & set(image.MASKED_UNITS)
     assert "final_message" in enabled()  # writes boot-finished
 
 
 def test_a_change_to_the_boot_config_makes_a_new_image():
-    stamp = json.loads(lxc.IMAGE_STAMP)
-    assert stamp["cloud_cfg"] == lxc.CLOUD_CFG and stamp["masked"] == lxc.MASKED_UNITS
+    stamp = json.loads(image.IMAGE_STAMP)
+    assert stamp["cloud_cfg"] == image.CLOUD_CFG and stamp["masked"] == image.MASKED_UNITS

@@ -28,7 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from deployer.providers.local.lxc import MIRROR, file_lock
+from deployer.providers.local.host import file_lock
+from deployer.providers.local.image import MIRROR
 
 CACHE = Path(os.environ.get("DEPLOYER_VM_CACHE", "/var/cache/deployer-vm"))
 SUITE = "bookworm"

@@ -187,13 +187,13 @@ class LocalProvider:
         hand). Taking them over would let Terraform and `down` destroy them. Containers
         carry the id of the cluster that made them; a state dir that has made nothing yet
         owns no container, bridge or table."""
-        from . import lxc
+        from . import node
 
         made = state.read_record(state.origin_file) is not None
         # A container with no recorded id was made before ids: its maker's if this state dir
         # made a cluster (its containers have none), another's if it has made nothing.
         theirs = {state.cluster_id, None} if made else set()
-        found = [f"node {n}" for n in lxc.containers(state.name) if lxc.cluster_id_of(n) not in theirs]
+        found = [f"node {n}" for n in node.containers(state.name) if node.cluster_id_of(n) not in theirs]
         if not made:
             found += self.observe(state, {}, []).other  # the bridge and the table
         if found:
@@ -202,18 +202,18 @@ class LocalProvider:
                 f"not make them: pick another --name, or remove them ({self.manual_cleanup_hint(state)})")
 
     def prepare(self, spec: "ClusterSpec", state: "ClusterState") -> None:
-        from . import lxc
+        from . import image
 
-        todo = lxc.image_todo()
+        todo = image.image_todo()
         if todo:
             from ... import ui
 
             doing = {
-                "build": f"building the Debian {lxc.SUITE} base image with debootstrap (once, about two minutes)",
+                "build": f"building the Debian {image.SUITE} base image with debootstrap (once, about two minutes)",
                 "refresh": "refreshing the base image's package lists (once for every node: they skip their own apt update)",
             }[todo]
             with ui.status(doing):
-                lxc.ensure_base_image()
+                image.ensure_base_image()
         state.shared_host_dir.mkdir(parents=True, exist_ok=True)
 
     def observe(self, state: "ClusterState", env: dict[str, str], nodes: list[str]) -> Observation:
@@ -221,18 +221,18 @@ class LocalProvider:
         `lxc-ls` and a file read per node, no SSH (status stays fast)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        from . import lxc
+        from . import network, node
 
         with ThreadPoolExecutor(max_workers=1) as pool:
-            has_table = pool.submit(lxc.nft_table_exists, state.name)  # beside lxc-ls: two commands, one wait
+            has_table = pool.submit(network.nft_table_exists, state.name)  # beside lxc-ls: two commands, one wait
             # Containers another cluster of this name made (another id) are not this one's.
-            found = {n: st for n, st in lxc.containers(state.name).items() if lxc.cluster_id_of(n) in (None, state.cluster_id)}
-            seen = {n: Machine(found[n], lxc.instance_id(n)) if n in found else Machine("missing") for n in nodes}
+            found = {n: st for n, st in node.containers(state.name).items() if node.cluster_id_of(n) in (None, state.cluster_id)}
+            seen = {n: Machine(found[n], node.instance_id(n)) if n in found else Machine("missing") for n in nodes}
             other = []
             if Path("/sys/class/net", bridge_name(state.name)).exists():
                 other.append(f"bridge {bridge_name(state.name)}")
             if has_table.result():
-                other.append(f"nftables table ip {lxc.nft_table(state.name)}")
+                other.append(f"nftables table ip {network.nft_table(state.name)}")
         return Observation(nodes=seen, extra=sorted(set(found) - set(nodes)), other=other)
 
     def repair(self, spec: "ClusterSpec", state: "ClusterState", cluster: Cluster, seen: Observation) -> Repair:
@@ -240,13 +240,13 @@ class LocalProvider:
         containers). The table is rewritten every time, so a changed local.access applies
         to a running cluster. A missing container goes back to Terraform: recreated, it
         gets a new id and is configured again."""
-        from . import lxc
+        from . import network, node
 
         v = self.tfvars(spec, state)
         net = ipaddress.IPv4Network(v["subnet"])
         gateway = net.network_address + 1
         only_master = cluster.master.private_ip if v["access"] == "via_master" else None
-        lxc.network_up(spec.name, bridge_name(spec.name), str(net), f"{gateway}/{net.prefixlen}", only_master)
+        network.network_up(spec.name, bridge_name(spec.name), str(net), f"{gateway}/{net.prefixlen}", only_master)
         fix = Repair()
         for n in cluster.nodes:
             machine = seen.nodes.get(n.name, Machine("missing"))
@@ -254,7 +254,7 @@ class LocalProvider:
                 fix.recreate.append(n.name)
             elif machine.state == "stopped":
                 fix.started.append(n.name)
-                lxc.node_up(n.name, f"{n.private_ip}/{net.prefixlen}", str(gateway), bridge_name(spec.name),
+                node.node_up(n.name, f"{n.private_ip}/{net.prefixlen}", str(gateway), bridge_name(spec.name),
                             f"{v['shared_host_dir']}:{v['shared_dir']}", v["memory_mb"], state.boot_dir / f"{n.name}.user-data",
                             cluster_id=state.cluster_id)
         return fix
@@ -262,10 +262,10 @@ class LocalProvider:
     def place(self, spec: "ClusterSpec", state: "ClusterState", cluster: Cluster) -> str | None:
         """Cores of its own for each node when this machine has at least one per node,
         so nodes do not fight over cores and E(N) measures communication; else all share."""
-        from . import lxc
+        from . import pinning
 
         cpus = sorted(os.sched_getaffinity(0))
-        plan = lxc.pin_cpus([n.name for n in cluster.nodes], cpus)
+        plan = pinning.pin_cpus([n.name for n in cluster.nodes], cpus)
         if plan:
             pairs = ", ".join(f"{node.name}: {cores}" for node, cores in zip(cluster.nodes, plan, strict=True))
             return f"cores: each node has its own ({pairs})"
@@ -305,14 +305,14 @@ class LocalProvider:
         raise NotImplementedError("local clusters are found through their state dir only")
 
     def boot_log_hint(self, node: str) -> str:
-        from . import lxc
+        from . import node
 
-        return lxc.boot_log_hint(node)
+        return node.boot_log_hint(node)
 
     def manual_cleanup_hint(self, state: "ClusterState") -> str:
-        from . import lxc
+        from . import network
 
         cluster = state.name
 
         return (f"`lxc-ls -1 | grep ^{cluster}-` (then lxc-destroy -f -n NAME), `ip link del {bridge_name(cluster)}`, "
-                f"`nft delete table ip {lxc.nft_table(cluster)}`")
+                f"`nft delete table ip {network.nft_table(cluster)}`")
