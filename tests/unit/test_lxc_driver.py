@@ -138,3 +138,10 @@ def test_the_driver_never_destroys_a_container_another_cluster_made(monkeypatch,
     assert (tmp_path / name).is_dir()
     node.node_down(name, "bbbbbbbbbbbb")  # its own cluster's destroy
     assert not (tmp_path / name).exists()
+
+
+def test_the_boot_log_hint_names_the_node():
+    from deployer.providers.local.provider import LocalProvider
+
+    hint = LocalProvider().boot_log_hint("zz-worker-1")
+    assert "lxc-attach -n zz-worker-1 -- journalctl -b" in hint and "/var/lib/lxc/zz-worker-1/lxc.log" in hint

@@ -305,9 +305,9 @@ class LocalProvider:
         raise NotImplementedError("local clusters are found through their state dir only")
 
     def boot_log_hint(self, node: str) -> str:
-        from . import node
+        from .node import boot_log_hint
 
-        return node.boot_log_hint(node)
+        return boot_log_hint(node)
 
     def manual_cleanup_hint(self, state: "ClusterState") -> str:
         from . import network
