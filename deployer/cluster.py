@@ -85,25 +85,17 @@ class Cluster:
 
     @property
     def has_gpus(self) -> bool:
+        """GPU nodes in the cluster: the benchmarks then run on CUDA with NCCL, else on CPUs with gloo."""
         return any(n.gpus > 0 for n in self.nodes)
-
-    def by_name(self, name: str) -> Node:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise KeyError(name)
 
     def find(self, name: str | None) -> Node:
         """A node by full name, short name (worker-1) or cluster address; none: the master."""
         if not name:
             return self.master
         for node in self.nodes:
-            if name in (node.name, self.short_name(node), node.private_ip):
+            if name in (node.name, node.name.removeprefix(self.name + "-"), node.private_ip):
                 return node
         raise UsageError(f"no node {name!r} in cluster {self.name!r}; pick one of: {', '.join(self.names)}")
-
-    def short_name(self, node: Node) -> str:
-        return node.name.removeprefix(self.name + "-")
 
     def rank_nodes(self, n: int) -> list[Node]:
         """Rank -> node for a run on the first n nodes (--map-by slot: a node's slots in a

@@ -132,9 +132,9 @@ def _cloud_only(e: Expired, ago: str, cloud: str | None, *, destroy: bool, dry_r
                 + ("would delete its servers and what carries its tag" if dry_run else "`deployer gc --yes` deletes it by its metadata"))
         return "would destroy" if dry_run else "listed"
     ui.step(f"{e.name}: expired {ago} ago, {where}: deleting by its metadata")
-    found = CloudCluster(e.name, e.cluster_id or "", parse_iso(e.expires_at), e.servers)
     try:
-        deleted = get_provider(CLOUD_PROVIDER).delete_from_cloud({"OS_CLOUD": cloud or ""}, found, say=ui.info, expired_at=now())
+        deleted = get_provider(CLOUD_PROVIDER).delete_from_cloud({"OS_CLOUD": cloud or ""}, e.name, e.cluster_id or "",
+                                                                 say=ui.info, expired_at=now())
     except NoLongerExpired as kept:
         ui.info(f"{e.name}: {kept}")
         return "kept: extended"

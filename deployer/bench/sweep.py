@@ -134,10 +134,6 @@ def size_bytes(text: str) -> int:
     return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
 
 
-def has_gpus(cluster: Cluster) -> bool:
-    """GPU nodes in the cluster: the benchmarks then run on CUDA with NCCL, else on CPUs with gloo."""
-    return cluster.has_gpus
-
 
 def choose_profile(cluster: Cluster, profile: str | None) -> tuple[str, str]:
     """The profile to run and why: the one asked for, else by the hardware."""
@@ -145,7 +141,7 @@ def choose_profile(cluster: Cluster, profile: str | None) -> tuple[str, str]:
         if profile not in PROFILES:
             raise UsageError(f"--profile {profile!r}: use one of {', '.join(PROFILES)}")
         return profile, "--profile"
-    if has_gpus(cluster):
+    if cluster.has_gpus:
         return "horovod", "GPU nodes: Horovod's synthetic-benchmark defaults"
     return "quick", ("CPU-only nodes: Horovod's ResNet-50 at 224 px takes about an hour here; "
                      "`--profile horovod` runs the comparable study")
@@ -160,7 +156,7 @@ GPU_DEFAULTS = ("amp", "channels_last")
 def gpu_defaults(cluster: Cluster, asked: dict[str, bool | None]) -> tuple[dict[str, bool], tuple[str, ...]]:
     """amp and channels_last: what was asked for (True/False), else on with GPU nodes and off
     on CPU-only ones. Returns the values and the names chosen automatically."""
-    on = has_gpus(cluster)
+    on = cluster.has_gpus
     values = {k: on if asked.get(k) is None else bool(asked[k]) for k in GPU_DEFAULTS}
     return values, tuple(k for k in GPU_DEFAULTS if asked.get(k) is None)
 
@@ -250,7 +246,7 @@ def nccl_log_pattern(cluster: Cluster, run_id: str) -> str:
 
 def nccl_env(cluster: Cluster, run_id: str) -> dict[str, str]:
     """NCCL_DEBUG / NCCL_DEBUG_FILE for the runs on GPU nodes; none on CPU nodes (gloo)."""
-    if not has_gpus(cluster):
+    if not cluster.has_gpus:
         return {}
     return {"NCCL_DEBUG": NCCL_DEBUG, "NCCL_DEBUG_FILE": nccl_log_pattern(cluster, run_id)}
 
@@ -497,7 +493,7 @@ def run_bench(runner: Runner, cluster: Cluster, opts: BenchOptions, run_id: str,
     if opts.profile_reason != "--profile":
         ui.info(f"  profile {opts.profile}: {opts.profile_reason}")
     ui.info(f"  {bench_report.precision_text(asdict(opts))}"
-            + (f" — auto: {'on with GPU nodes' if has_gpus(cluster) else 'off on CPU-only nodes'}; "
+            + (f" — auto: {'on with GPU nodes' if cluster.has_gpus else 'off on CPU-only nodes'}; "
                "--[no-]amp and --[no-]channels-last choose" if opts.auto_flags else ""))
     if nccl:
         ui.info(f"  NCCL_DEBUG={nccl['NCCL_DEBUG']}: each rank's NCCL warnings go to {nccl['NCCL_DEBUG_FILE']}")

@@ -110,7 +110,7 @@ class Provider(Protocol):
         """Every cluster in the project whose machines carry an expiry before `at`, one per
         cluster id (local: none; containers carry no expiry of their own)."""
 
-    def delete_from_cloud(self, env: dict[str, str], found: CloudCluster, *, say: Callable[[str], None],
+    def delete_from_cloud(self, env: dict[str, str], name: str, cluster_id: str, *, say: Callable[[str], None],
                           expired_at: datetime) -> list[str]:
         """Delete a cluster by its id in the cloud's metadata, with no state dir: what was
         deleted. NoLongerExpired when it was extended since it was listed; OperationFailed

@@ -300,7 +300,7 @@ class LocalProvider:
     def expired_in_cloud(self, env: dict[str, str], at: datetime) -> list[CloudCluster]:
         return []  # a container carries no expiry: the state dir's lifetime.json is the only one
 
-    def delete_from_cloud(self, env: dict[str, str], found: CloudCluster, *, say: Callable[[str], None],
+    def delete_from_cloud(self, env: dict[str, str], name: str, cluster_id: str, *, say: Callable[[str], None],
                           expired_at: datetime) -> list[str]:
         raise NotImplementedError("local clusters are found through their state dir only")
 

@@ -144,11 +144,11 @@ class OpenStackProvider:
 
         return expired_clusters(deployer_servers(env), at)
 
-    def delete_from_cloud(self, env: dict[str, str], found: CloudCluster, *, say: Callable[[str], None],
+    def delete_from_cloud(self, env: dict[str, str], name: str, cluster_id: str, *, say: Callable[[str], None],
                           expired_at: datetime) -> list[str]:
         from .delete import delete_cluster
 
-        return delete_cluster(env, found.name, found.cluster_id, say=say, expired_at=expired_at)
+        return delete_cluster(env, name, cluster_id, say=say, expired_at=expired_at)
 
     def observe(self, state: ClusterState, env: dict[str, str], nodes: list[str]) -> Observation:
         from .observe import observe
