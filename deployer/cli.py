@@ -259,9 +259,10 @@ def bench(
 
 
 def _synthetic(st, cluster: Cluster, **flags) -> dict:
+    from .bench import profiles
     from .bench import sweep as bench_mod
 
-    return bench_mod.run_on_cluster(st, cluster, bench_mod.make_options(cluster, **flags))
+    return bench_mod.run_on_cluster(st, cluster, profiles.make_options(cluster, **flags))
 
 
 def _show_dashboard(desc: dict, json_out: bool) -> None:
@@ -353,7 +354,7 @@ def data_fetch(
     json_out: JsonOpt = False,
 ) -> None:
     """Put a known dataset on the shared storage: downloaded once, on the master (checked, resumable)."""
-    from . import data_cmd, datasets
+    from .bench import data_cmd, datasets
 
     datasets.resolve(dataset)  # an unknown name is exit 2 before anything else
     st = _state(name, state_dir)
@@ -370,7 +371,7 @@ def data_import(
     json_out: JsonOpt = False,
 ) -> None:
     """Copy your own dataset to the shared storage through the cluster's SSH path."""
-    from . import data_cmd
+    from .bench import data_cmd
 
     st = _state(name, state_dir)
     _print_dataset(data_cmd.import_(st, _up_cluster(st), path, dataset, force=force), json_out)
@@ -379,7 +380,7 @@ def data_import(
 @data_app.command("list")
 def data_list(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> None:
     """The datasets on the cluster's shared storage."""
-    from . import data_cmd
+    from .bench import data_cmd
     from .remote import MasterRunner
 
     st = _state(name, state_dir)

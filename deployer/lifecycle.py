@@ -12,15 +12,17 @@ import subprocess
 import sys
 from typing import Any
 
-from . import boot, credentials, drift, inventory, ledger, lifetime, terraform, timings, ui
+from . import credentials, ledger, lifetime, ui
 from .cluster import Cluster
 from .errors import DeployerError, NoLongerExpired, OperationFailed, UsageError
+from .pipeline import boot, drift, inventory, timings
+from .pipeline.readiness import wait_for_boot
 from .providers import get_provider
-from .readiness import wait_for_boot
 from .remote import MasterRunner
 from .spec import ClusterSpec
 from .state import ClusterState, new_cluster_id
 from .status import origin_of
+from .tools import terraform
 
 
 def _check_same_cluster(spec: ClusterSpec, state: ClusterState) -> None:
@@ -169,7 +171,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             ui.ok("ansible: configuration unchanged since the last successful run; skipped (--reconfigure runs it anyway)")
         else:
             ui.step(f"ansible: configuring {plan.describe()}")
-            from .ansible import run_playbook
+            from .tools.ansible import run_playbook
 
             # Until this run succeeds, the nodes it configures count as not configured.
             done_before = None if plan.every_node else [n for n in cluster.names if n not in plan.why]

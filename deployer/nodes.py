@@ -11,6 +11,7 @@ import re
 # The naming and size rules, once (terraform/modules/design and the modules' variable
 # validations hold the same; tests/unit/test_boot.py and test_terraform_modules.py check).
 CLUSTER_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,19}$"
+DEFAULT_NAME = "demo"  # the cluster a verb means when none is named and none exists
 MAX_NODES = 64
 
 

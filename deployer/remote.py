@@ -1,5 +1,5 @@
 """Commands on the nodes over SSH: every connection reads the cluster's ssh_config
-(deployer/boot.py writes it: cluster key, pinned host keys, the hop through the master)."""
+(deployer/pipeline/boot.py writes it: cluster key, pinned host keys, the hop through the master)."""
 
 from __future__ import annotations
 

@@ -15,10 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .config_file import CONFIG_FILE, read_config  # noqa: F401  (re-exported)
 from .errors import UsageError
-from .nodes import CLUSTER_NAME_PATTERN, MAX_NODES
+from .nodes import CLUSTER_NAME_PATTERN, DEFAULT_NAME, MAX_NODES
 from .nodes import node_names as _node_names
 
-DEFAULT_NAME = "demo"
 PROVIDERS = ("local", "openstack")
 SCHEDULERS = ("none", "slurm")
 NAME_PATTERN = CLUSTER_NAME_PATTERN

@@ -5,7 +5,7 @@
   origin.json        the provider, the environment Terraform needs and the cluster's random
                      id: enough to find and destroy the cluster when spec.json is gone
   configured.json    the last successful configuration: fingerprint, and per node the
-                     identity of the machine it configured (deployer/drift.py)
+                     identity of the machine it configured (deployer/pipeline/drift.py)
   lifetime.json      the expiry `--ttl` set (deployer/lifetime.py); absent: no expiry
   cluster.json       the last Terraform `cluster` output (a cache of the source of truth,
                      refreshed by every apply/destroy, so `status` needs no Terraform run)
@@ -34,6 +34,7 @@ from typing import Any
 
 from .cluster import Cluster, ClusterOutputError
 from .errors import LockedError, RecordError, UsageError
+from .nodes import CLUSTER_NAME_PATTERN, DEFAULT_NAME
 
 RECORD_VERSION = 1
 
@@ -233,15 +234,11 @@ def resolve_name(root: Path, name: str | None, config_name: str | None = None) -
             return clusters[0]
         if len(clusters) > 1:
             raise UsageError(f"several clusters in {root}: {', '.join(clusters)}; pick one with --name")
-    from .spec import DEFAULT_NAME
-
     return DEFAULT_NAME
 
 
 def _valid_name(name: str, where: str) -> str:
     import re
-
-    from .nodes import CLUSTER_NAME_PATTERN
 
     if not re.match(CLUSTER_NAME_PATTERN, name):
         raise UsageError(f"{where} {name!r} is not a cluster name: use lowercase letters, digits and '-', starting with "

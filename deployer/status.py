@@ -11,9 +11,11 @@ import threading
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
-from . import drift, lifetime, terraform
+from . import lifetime
+from .pipeline import drift
 from .providers import get_provider
 from .state import ClusterState
+from .tools import terraform
 
 if TYPE_CHECKING:
     from .cluster import Cluster

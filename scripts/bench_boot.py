@@ -5,7 +5,7 @@ and the CPU each node's container used for it, with the local image's trimmed cl
 (four stages, every module of Debian's cloud.cfg), side by side.
 
 Run as root from the repo root: `sudo .venv/bin/python scripts/bench_boot.py [--nodes 1,8] [--rounds 2]`.
-Nodes are made by the driver from the current image and real user-data (deployer/boot.py),
+Nodes are made by the driver from the current image and real user-data (deployer/pipeline/boot.py),
 on a bridge and subnet of their own (`bootbench`, 10.97.0.0/24), then started together,
 as Terraform starts them; "stock" undoes the image's trim in each node's own layer. Done
 means the node's boot-finished file exists, read from the host (a probe inside the node
@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from deployer import boot  # noqa: E402
+from deployer.pipeline import boot  # noqa: E402
 from deployer.providers.local import host, image, network, node  # noqa: E402
 from deployer.spec import ClusterSpec  # noqa: E402
 from deployer.state import ClusterState  # noqa: E402

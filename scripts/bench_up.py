@@ -30,8 +30,8 @@ def timed(args: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProces
 
 
 def first_up_timings(cwd: Path) -> dict:
-    """The cold `up`'s own timings.json (deployer/timings.py): stages, roles, one line."""
-    from deployer.timings import summary
+    """The cold `up`'s own timings.json (deployer/pipeline/timings.py): stages, roles, one line."""
+    from deployer.pipeline.timings import summary
 
     run = sorted((cwd / ".deployer" / "benchup" / "runs").glob("*-up"))[0]
     rec = json.loads((run / "timings.json").read_text())

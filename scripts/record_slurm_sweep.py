@@ -14,6 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from deployer.bench import profiles
 from deployer.bench import sweep as bench
 from deployer.remote import MasterRunner
 from deployer.state import ClusterState
@@ -32,7 +33,7 @@ class Recorder:
 def main(state_dir: str, name: str, dest: str) -> None:
     st = ClusterState(Path(state_dir), name)
     cluster = st.cluster()
-    opts = bench.make_options(cluster, nodes="1,2", model="resnet18", image_size=32, batch_size=8, num_iters=2,
+    opts = profiles.make_options(cluster, nodes="1,2", model="resnet18", image_size=32, batch_size=8, num_iters=2,
                               num_batches_per_iter=3, num_warmup_batches=1, allreduce_max="64K", via="slurm")
     rec = Recorder(MasterRunner(st, cluster))
     run_id = "20261123-180000"

@@ -26,7 +26,7 @@ DOCUMENTATION = """
       - Loads every Jinja filter and test plugin in the controller at playbook start, so
         the worker processes forked for each task inherit them instead of loading them again.
     requirements:
-      - enabled in callbacks_enabled (deployer/ansible.py does)
+      - enabled in callbacks_enabled (deployer/tools/ansible.py does)
 """
 
 

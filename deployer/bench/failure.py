@@ -16,7 +16,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from deployer.cluster import Node
+    from ..cluster import Node
 
 TAG = re.compile(r"^\[\d+,(\d+)\]<(stdout|stderr)>:\s?(.*)$")
 # Open MPI forwards a rank's output in chunks and tags every chunk: a long line (a JSON

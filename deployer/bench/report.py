@@ -261,7 +261,7 @@ def reference_source(ref: Mapping[str, Any]) -> str:
 
 def precision_text(flags: Mapping[str, Any]) -> str:
     """'AMP on (auto), channels_last on (auto), fp16 all-reduce off': the values every run used,
-    and which the hardware chose (deployer.bench.sweep.gpu_defaults) rather than a flag."""
+    and which the hardware chose (deployer.bench.profiles.gpu_defaults) rather than a flag."""
     auto = set(flags.get("auto_flags") or ())
 
     def one(key: str, label: str) -> str:

@@ -23,30 +23,41 @@ of every rank after a failure and the NCCL logs are one code path for both.
 
 from __future__ import annotations
 
-import json
-import math
-import re
-import shlex
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from deployer import ui
-from deployer.bench import report as bench_report
-from deployer.bench.failure import diagnose, untag
-from deployer.bench.progress import RunProgress, SweepProgress
-from deployer.errors import OperationFailed, UsageError
+from .. import ui
+from ..errors import OperationFailed
+from . import report as bench_report
+from .commands import (
+    ALL_PAIRS_UP_TO,
+    allreduce_args,
+    hostfiles_cmd,
+    iperf_cmd,
+    job_name,
+    modes_at,
+    mpirun_cmd,
+    nccl_env,
+    nccl_logs_cmd,
+    net_pairs,
+    pair_cmd,
+    parse_iperf,
+    parse_json_line,
+    resnet_args,
+    run_dir,
+    sbatch_script,
+    stop_cmd,
+    submit_cmd,
+)
+from .failure import diagnose, untag
+from .profiles import BenchOptions, Launch, cpu_sharing
+from .progress import RunProgress, SweepProgress
 
 if TYPE_CHECKING:
-    from deployer.cluster import Cluster, Node
-
-MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
-MODES = ("dp", "ensemble")
-ALLREDUCE_BACKENDS = ("auto", "mpi", "torch")
-LAUNCHERS = ("mpirun", "slurm")  # --via: mpirun over the hostfile, or an sbatch job per run
-_SIZE = re.compile(r"(\d+)([KMG]?)", re.IGNORECASE)
+    from ..cluster import Cluster
 
 
 class Runner(Protocol):
@@ -54,355 +65,6 @@ class Runner(Protocol):
         """Run `cmd` in a bash login shell on the master as the cluster user: rc, stdout,
         stderr; each stdout line also goes to `on_line` as it arrives."""
         ...
-
-
-class Launch(Protocol):
-    """What a sweep's options say about launching runs (BenchOptions, training.TrainOptions)."""
-    via: str
-    run_timeout_s: int
-    queue_timeout_s: int
-
-
-# Named sets of the sizing flags. horovod: the defaults of Horovod's synthetic benchmark,
-# comparable with its published figures (minutes per run on a GPU, about an hour for a
-# 1..3 sweep on CPU containers). quick: the whole sweep in a few minutes on CPUs.
-# standard: ResNet-50 at a size a CPU cluster finishes in tens of minutes.
-PROFILES: dict[str, dict[str, Any]] = {
-    "quick": {"model": "resnet18", "image_size": 64, "batch_size": 16, "num_warmup_batches": 3,
-              "num_batches_per_iter": 5, "num_iters": 5, "allreduce_max": "16M"},
-    "standard": {"model": "resnet50", "image_size": 128, "batch_size": 32, "num_warmup_batches": 5,
-                 "num_batches_per_iter": 10, "num_iters": 5, "allreduce_max": "64M"},
-    "horovod": {"model": "resnet50", "image_size": 224, "batch_size": 32, "num_warmup_batches": 10,
-                "num_batches_per_iter": 10, "num_iters": 10, "allreduce_max": "64M"},
-}
-
-
-@dataclass(frozen=True)
-class BenchOptions:
-    nodes: tuple[int, ...]
-    model: str = "resnet50"
-    batch_size: int = 32
-    image_size: int = 224
-    mode: str = "dp"
-    num_warmup_batches: int = 10
-    num_batches_per_iter: int = 10
-    num_iters: int = 10
-    profile: str = "horovod"
-    profile_reason: str = "--profile"
-    threads: int | None = None  # torch threads per rank; None: the benchmark's own choice
-    fp16_allreduce: bool = False  # opt-in, as in Horovod's pytorch_synthetic_benchmark.py
-    amp: bool = False
-    channels_last: bool = False
-    auto_flags: tuple[str, ...] = ()  # which of amp / channels_last were chosen by the hardware, not asked for
-    ensemble_every_n: bool = False
-    net: bool = False  # iperf3 between every pair of nodes
-    timeline: bool = False  # torch.profiler trace of every rank at the largest N, merged
-    allreduce_min: str = "1K"
-    allreduce_max: str = "64M"
-    allreduce_backend: str = "auto"
-    run_timeout_s: int = 3600  # wall-clock bound of one mpirun (of one Slurm job once it runs)
-    via: str = "mpirun"
-    queue_timeout_s: int = 3600  # --via slurm: how long one job may wait in the queue
-
-
-def parse_node_counts(text: str | None, cluster_size: int) -> tuple[int, ...]:
-    """'1,2,4' -> (1, 2, 4); None -> 1, 2, 4, ... up to the cluster size, and the size itself."""
-    if text is None or not text.strip():
-        counts, n = [], 1
-        while n < cluster_size:
-            counts.append(n)
-            n *= 2
-        return tuple(counts + [cluster_size])
-    parts = [p.strip() for p in text.split(",")]
-    if not all(p.isdigit() for p in parts):
-        raise UsageError(f"--nodes {text!r} is not a list of node counts: use e.g. --nodes 1,2,4")
-    counts = [int(p) for p in parts]
-    if min(counts) < 1:
-        raise UsageError("--nodes: node counts start at 1: use e.g. --nodes 1,2,4")
-    if len(set(counts)) != len(counts):
-        raise UsageError(f"--nodes {text!r} repeats a node count: list each count once")
-    if max(counts) > cluster_size:
-        raise UsageError(f"--nodes: the cluster has {cluster_size} node(s), not {max(counts)}: "
-                         f"use counts up to {cluster_size} or scale the cluster up first")
-    return tuple(sorted(counts))
-
-
-def size_bytes(text: str) -> int:
-    m = _SIZE.fullmatch(text.strip())
-    if not m:
-        raise UsageError(f"message size {text!r}: use bytes with an optional K/M/G suffix, e.g. 64M")
-    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
-
-
-
-def choose_profile(cluster: Cluster, profile: str | None) -> tuple[str, str]:
-    """The profile to run and why: the one asked for, else by the hardware."""
-    if profile is not None:
-        if profile not in PROFILES:
-            raise UsageError(f"--profile {profile!r}: use one of {', '.join(PROFILES)}")
-        return profile, "--profile"
-    if cluster.has_gpus:
-        return "horovod", "GPU nodes: Horovod's synthetic-benchmark defaults"
-    return "quick", ("CPU-only nodes: Horovod's ResNet-50 at 224 px takes about an hour here; "
-                     "`--profile horovod` runs the comparable study")
-
-
-# Flags whose default follows the hardware: on GPUs the field measures with mixed precision
-# and NHWC (NVIDIA's published ResNet-50 figures are AMP, channels-last), so a run without
-# them reads as a slow GPU; on CPUs neither helps the gloo runs this repository measures.
-GPU_DEFAULTS = ("amp", "channels_last")
-
-
-def gpu_defaults(cluster: Cluster, asked: dict[str, bool | None]) -> tuple[dict[str, bool], tuple[str, ...]]:
-    """amp and channels_last: what was asked for (True/False), else on with GPU nodes and off
-    on CPU-only ones. Returns the values and the names chosen automatically."""
-    on = cluster.has_gpus
-    values = {k: on if asked.get(k) is None else bool(asked[k]) for k in GPU_DEFAULTS}
-    return values, tuple(k for k in GPU_DEFAULTS if asked.get(k) is None)
-
-
-def threads_per_rank(cluster: Cluster, counts: tuple[int, ...]) -> int | None:
-    """Torch threads per rank so that the largest run does not oversubscribe the CPUs.
-
-    Nodes that share one machine's cores (the cluster output's `shared_cpus`: local
-    containers all see every host core) would each start a thread per core: N nodes,
-    N x cores threads. The same count is used at every N, so E(N) compares like with
-    like. None where every node has its own CPUs (the benchmark sizes itself).
-    """
-    shared = cluster.shared_cpus
-    if not shared:
-        return None
-    ranks = len(cluster.rank_nodes(max(counts)))
-    return max(1, int(shared) // ranks)
-
-
-def cpu_sharing(cluster: Cluster, opts: "BenchOptions") -> dict[str, Any] | None:
-    """For the report: nodes share cores, so E(N) cannot pass cores / (ranks x threads)."""
-    shared = cluster.shared_cpus
-    if not shared or not opts.threads:
-        return None
-    ceiling = {}
-    for n in opts.nodes:
-        ranks = len(cluster.rank_nodes(n))
-        ceiling[str(n)] = round(min(1.0, int(shared) / (ranks * opts.threads)), 3)
-    return {"shared_cpus": int(shared), "threads_per_rank": opts.threads, "efficiency_ceiling": ceiling}
-
-
-def make_options(cluster: Cluster, *, nodes: str | None = None, profile: str | None = None, **flags: Any) -> BenchOptions:
-    """Validate the bench flags against the cluster before anything runs (UsageError, exit 2).
-    Flags left None take the profile's value; the profile is chosen by the hardware
-    unless named."""
-    name, why = choose_profile(cluster, profile)
-    given = {k: v for k, v in flags.items() if v is not None}
-    counts = parse_node_counts(nodes, len(cluster.nodes))
-    chosen, auto = gpu_defaults(cluster, {k: flags.get(k) for k in GPU_DEFAULTS})
-    merged = {**PROFILES[name], **given, **chosen, "auto_flags": auto, "profile": name, "profile_reason": why}
-    if "threads" not in given:
-        merged["threads"] = threads_per_rank(cluster, counts)
-    opts = BenchOptions(nodes=counts, **merged)
-    if opts.model not in MODELS:
-        raise UsageError(f"--model {opts.model!r} is not known: use one of {', '.join(MODELS)}")
-    if opts.mode not in MODES:
-        raise UsageError(f"--mode {opts.mode!r}: use dp or ensemble")
-    if opts.batch_size < 1:
-        raise UsageError("--batch-size must be at least 1")
-    if opts.image_size < 32:
-        raise UsageError("--image-size must be at least 32 (ResNet downsamples 32x)")
-    for name in ("num_warmup_batches", "num_batches_per_iter", "num_iters", "run_timeout_s"):
-        if getattr(opts, name) < (0 if name == "num_warmup_batches" else 1):
-            raise UsageError(f"--{name.replace('_', '-')} must be positive")
-    if opts.threads is not None and opts.threads < 1:
-        raise UsageError("--threads must be at least 1")
-    if opts.via not in LAUNCHERS:
-        raise UsageError(f"--via {opts.via!r}: use one of {', '.join(LAUNCHERS)}")
-    if opts.queue_timeout_s < 1:
-        raise UsageError("--queue-timeout must be positive")
-    if opts.allreduce_backend not in ALLREDUCE_BACKENDS:
-        raise UsageError(f"--allreduce-backend: use one of {', '.join(ALLREDUCE_BACKENDS)}")
-    if size_bytes(opts.allreduce_min) < 4 or size_bytes(opts.allreduce_max) < size_bytes(opts.allreduce_min):
-        raise UsageError("all-reduce sizes: need 4 <= min <= max, e.g. 1K and 64M")
-    return opts
-
-
-# --- the remote commands: each one string a user could type on the master ---------
-def run_dir(cluster: Cluster, run_id: str) -> str:
-    return f"{cluster.shared_dir}/bench/{run_id}"
-
-
-def hostfiles_cmd(cluster: Cluster, run_id: str, counts: tuple[int, ...]) -> str:
-    d = run_dir(cluster, run_id)
-    return (f"mkdir -p {d} && for n in {' '.join(map(str, counts))}; do "
-            f"head -n $n {cluster.shared_dir}/hostfile > {d}/hostfile.$n; done")
-
-
-NCCL_DEBUG = "WARN"
-
-
-def nccl_log_pattern(cluster: Cluster, run_id: str) -> str:
-    """Where every rank of a GPU run writes NCCL's warnings: the run dir on the shared
-    storage, one file per process (NCCL expands %h to the host, %p to the pid)."""
-    return f"{run_dir(cluster, run_id)}/nccl.%h.%p.log"
-
-
-def nccl_env(cluster: Cluster, run_id: str) -> dict[str, str]:
-    """NCCL_DEBUG / NCCL_DEBUG_FILE for the runs on GPU nodes; none on CPU nodes (gloo)."""
-    if not cluster.has_gpus:
-        return {}
-    return {"NCCL_DEBUG": NCCL_DEBUG, "NCCL_DEBUG_FILE": nccl_log_pattern(cluster, run_id)}
-
-
-def mpirun_cmd(cluster: Cluster, run_id: str, n: int, timeout_s: int, script: str, args: list[str]) -> str:
-    np_ = len(cluster.rank_nodes(n))
-    root = " --allow-run-as-root" if cluster.ssh_user == "root" else ""
-    # why these flags: --bind-to none lets torch use every core of a node (Open MPI
-    # binds to one core by default for np <= 2); -x carries the login shell's PATH
-    # (the training env's python) and the socket interface to every rank; an unset
-    # name is only a warning. timeout --kill-after bounds a hung rank.
-    # --tag-output prefixes each line with its rank, so a failure names the rank that died.
-    # On GPU nodes -x NAME=value also sets NCCL's warning log for every rank: a file per
-    # process in the run dir, so a warning on a worker is not lost in rank 0's stdout.
-    nccl = "".join(f" -x {k}={v}" for k, v in nccl_env(cluster, run_id).items())
-    return (f"timeout --kill-after=30 {timeout_s} mpirun{root} --tag-output --hostfile {run_dir(cluster, run_id)}/hostfile.{n}"
-            f" -np {np_} --map-by slot --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME{nccl}"
-            f" python {cluster.shared_dir}/benchmarks/{script} " + " ".join(args))
-
-
-# --- --via slurm: one sbatch job per run -------------------------------------------
-def job_name(run_id: str) -> str:
-    """Every job of one bench run has this name: `scancel --name` stops them all."""
-    return f"deployer-bench-{run_id}"
-
-
-def sbatch_script(cluster: Cluster, run_id: str, n: int, timeout_s: int, name: str, script: str, args: list[str]) -> str:
-    """The batch script of one run: the same benchmark command mpirun_cmd starts, as an sbatch
-    job a user can copy. The cluster's nodes are alike (one flavor), so the first node's GPU
-    count is every node's: one task per GPU, one per node on CPU nodes (the hostfile's rule)."""
-    d = run_dir(cluster, run_id)
-    node = cluster.master
-    lines = [
-        # a login shell: the training venv and gloo/NCCL settings from /etc/profile.d, as on the master
-        "#!/bin/bash -l",
-        f"# deployer bench {run_id}: {name} on {n} node(s); a template for your own jobs (docs/slurm.md)",
-        f"#SBATCH --job-name={job_name(run_id)}",
-        f"#SBATCH --nodes={n}",
-        f"#SBATCH --ntasks-per-node={node.slots}",
-        *([f"#SBATCH --gpus-per-node={node.gpus}"] if node.gpus else []),
-        # whole nodes, as the mpirun path has them: without it the job gets one core per task
-        "#SBATCH --exclusive",
-        f"#SBATCH --time={math.ceil(timeout_s / 60)}",
-        f"#SBATCH --output={d}/{name}.out",
-        f"#SBATCH --error={d}/{name}.err",
-        *(f"export {k}={v}" for k, v in nccl_env(cluster, run_id).items()),
-        # --cpu-bind=none as mpirun's --bind-to none (torch uses every core); --kill-on-bad-exit:
-        # one dead rank ends the step, the rest do not hang. No --label: with it srun cuts lines
-        # at 1024 bytes (Slurm 22.05), and rank 0's JSON record is longer
-        f"srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 python {cluster.shared_dir}/benchmarks/{script} "
-        + " ".join(args),
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def submit_cmd(cluster: Cluster, run_id: str, name: str, job_script: str, queue_timeout_s: int) -> str:
-    """Write the job script into the run dir on the master, submit it and follow it there."""
-    path = f"{run_dir(cluster, run_id)}/{name}.sbatch"
-    return (f"cat > {path} <<'EOF_SBATCH'\n{job_script}EOF_SBATCH\n"
-            f"python {cluster.shared_dir}/benchmarks/slurm_job.py --queue-timeout {queue_timeout_s} {path}")
-
-
-def stop_cmd(cluster: Cluster, run_id: str, opts: Launch) -> str:
-    """What leaves no rank running after a failed or interrupted run: under Slurm, cancel
-    this bench's jobs (killing by process name could hit other users' jobs); else pkill."""
-    return f"scancel --name={job_name(run_id)}" if opts.via == "slurm" else cleanup_cmd(cluster)
-
-
-NCCL_LOG_TAIL = 65536  # bytes of each NCCL log brought back; WARN-level logs are far smaller
-
-
-def nccl_logs_cmd(cluster: Cluster, run_id: str) -> str:
-    """Print every non-empty NCCL log of the run, each after a '==> name <==' line (as tail does;
-    the echo after each ends a last line that has no newline, so the next header starts a line)."""
-    return (f"cd {run_dir(cluster, run_id)} && for f in nccl.*.log; do [ -s \"$f\" ] || continue; "
-            f"echo \"==> $f <==\"; tail -c {NCCL_LOG_TAIL} \"$f\"; echo; done; true")
-
-
-def resnet_args(opts: BenchOptions, mode: str) -> list[str]:
-    args = ["--json", "--mode", mode, "--model", opts.model, "--batch-size", str(opts.batch_size),
-            "--image-size", str(opts.image_size), "--num-warmup-batches", str(opts.num_warmup_batches),
-            "--num-batches-per-iter", str(opts.num_batches_per_iter), "--num-iters", str(opts.num_iters)]
-    for flag in ("fp16_allreduce", *GPU_DEFAULTS):
-        if getattr(opts, flag):
-            args.append("--" + flag.replace("_", "-"))
-    if opts.threads:
-        args += ["--threads", str(opts.threads)]
-    return args
-
-
-def modes_at(opts: BenchOptions, n: int, top: int) -> list[str]:
-    """The runs at N nodes: the chosen mode, and ensemble beside dp at the largest N (or
-    every N) for the communication share. At N=1 there is nothing to exchange."""
-    modes = [opts.mode]
-    if opts.mode == "dp" and (opts.ensemble_every_n or n == top) and n > 1:
-        modes.append("ensemble")
-    return modes
-
-
-def allreduce_args(opts: BenchOptions) -> list[str]:
-    return ["--json", "-b", opts.allreduce_min, "-e", opts.allreduce_max, "-f", "2",
-            "--backend", opts.allreduce_backend]
-
-
-def iperf_cmd(worker_ip: str, bidir: bool = False) -> str:
-    ip = shlex.quote(worker_ip)
-    return (f"ssh -o BatchMode=yes {ip} iperf3 -s -1 -D && sleep 1 && "
-            f"timeout 30 iperf3 -c {ip} -J -t 3" + (" --bidir" if bidir else ""))
-
-
-def cleanup_cmd(cluster: Cluster) -> str:
-    shared = cluster.shared_dir.rstrip("/")
-    # why the brackets: the regex [/]shared/... matches the benchmark processes but not
-    # this command line (nor the shell running it), so pkill cannot kill itself.
-    pattern = f"[{shared[0]}]{shared[1:]}/benchmarks/"
-    remote = shlex.quote(f"pkill -f {shlex.quote(pattern)}")
-    hosts = " ".join(shlex.quote(n.private_ip) for n in cluster.nodes)
-    return f"for h in {hosts}; do ssh -o BatchMode=yes -o ConnectTimeout=5 $h {remote}; done; true"
-
-
-# --- parsing -----------------------------------------------------------------------
-def parse_json_line(stdout: str, what: str) -> dict[str, Any]:
-    """The last line of stdout that is a JSON object (rank 0's --json record)."""
-    for line in reversed(stdout.splitlines()):
-        line = untag(line)[2].strip()
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except json.JSONDecodeError:
-                break
-    raise OperationFailed(f"{what} printed no JSON result line")
-
-
-ALL_PAIRS_UP_TO = 8  # n(n-1)/2 pairs: 28 at 8 nodes, about 2 minutes; a ring beyond
-
-
-def net_pairs(cluster: Cluster) -> list[tuple[Node, Node]]:
-    """(src, dst) node pairs to measure: every pair up to 8 nodes, else a ring."""
-    nodes = cluster.nodes
-    if len(nodes) <= ALL_PAIRS_UP_TO:
-        return [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:]]
-    return [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
-
-
-def pair_cmd(src_ip: str, dst_ip: str) -> str:
-    """iperf3 from src to dst, typed on the master: a one-shot server on dst, the client on src."""
-    src, dst = shlex.quote(src_ip), shlex.quote(dst_ip)
-    return (f"ssh -o BatchMode=yes {dst} iperf3 -s -1 -D && sleep 1 && "
-            f"ssh -o BatchMode=yes {src} timeout 30 iperf3 -c {dst} -J -t 2")
-
-
-def parse_iperf(stdout: str) -> float:
-    """Gbit/s received, from iperf3 -J; with --bidir the slower of the two directions."""
-    end = json.loads(stdout[stdout.index("{"):])["end"]
-    rates = [end[k]["bits_per_second"] for k in ("sum_received", "sum_received_bidir_reverse") if k in end]
-    return min(rates) / 1e9
 
 
 def cluster_record(cluster: Cluster) -> dict[str, Any]:
@@ -606,7 +268,7 @@ Sweep = Callable[[Runner, "Cluster", Any, str, Path], dict[str, Any]]
 def run_on_cluster(state: Any, cluster: Cluster, opts: Launch, sweep: Sweep | None = None) -> dict[str, Any]:
     """A sweep on the master (run_bench, or training.run_train for --data), under the
     cluster's bench lock (one benchmark at a time); on Ctrl-C no rank is left running on any node."""
-    from deployer.remote import MasterRunner
+    from ..remote import MasterRunner
 
     runner = MasterRunner(state, cluster)
     with state.lock("bench"):
@@ -623,10 +285,10 @@ def run_on_cluster(state: Any, cluster: Cluster, opts: Launch, sweep: Sweep | No
 def push_results(state: Any, cluster: Cluster, report: dict[str, Any]) -> bool:
     """The report -> the Pushgateway on the master, through an SSH tunnel (-> Grafana's
     Benchmarks dashboard). A failure is a warning: the results are in the state dir."""
-    from deployer.bench import metrics
-    from deployer.credentials import pushgateway_login
-    from deployer.remote import ssh_argv
-    from deployer.tunnel import open_tunnel
+    from ..credentials import pushgateway_login
+    from ..remote import ssh_argv
+    from ..tunnel import open_tunnel
+    from . import metrics
 
     master = cluster.master
     try:

@@ -29,15 +29,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deployer import datasets, ui
-from deployer.bench import report as bench_report
-from deployer.bench import storage_reads
-from deployer.bench import sweep as bench
-from deployer.bench.progress import RunProgress
-from deployer.errors import OperationFailed, UsageError
+from .. import ui
+from ..errors import OperationFailed, UsageError
+from . import commands, datasets, profiles, storage_reads
+from . import report as bench_report
+from . import sweep as bench
+from .progress import RunProgress
 
 if TYPE_CHECKING:
-    from deployer.cluster import Cluster
+    from ..cluster import Cluster
 
 SCRIPT = "resnet_train.py"
 NO_MANIFEST = "deployer: no dataset manifest"
@@ -71,20 +71,20 @@ def make_train_options(cluster: Cluster, *, data: str, target_acc: float | None 
         target: float | None = datasets.target_accuracy(target_acc)
     else:
         target = ds.training.target_acc if ds else None
-    counts = bench.parse_node_counts(nodes, len(cluster.nodes))
-    chosen, auto = bench.gpu_defaults(cluster, {"amp": amp})
+    counts = profiles.parse_node_counts(nodes, len(cluster.nodes))
+    chosen, auto = profiles.gpu_defaults(cluster, {"amp": amp})
     if epochs is not None and epochs < 1:
         raise UsageError("--epochs must be at least 1")
     if threads is not None and threads < 1:
         raise UsageError("--threads must be at least 1")
     if run_timeout_s < 1:
         raise UsageError("--timeout must be positive")
-    if via not in bench.LAUNCHERS:
-        raise UsageError(f"--via {via!r}: use one of {', '.join(bench.LAUNCHERS)}")
+    if via not in profiles.LAUNCHERS:
+        raise UsageError(f"--via {via!r}: use one of {', '.join(profiles.LAUNCHERS)}")
     if queue_timeout_s < 1:
         raise UsageError("--queue-timeout must be positive")
     return TrainOptions(nodes=counts, dataset=data, target_acc=target, epochs=epochs,
-                        threads=threads if threads is not None else bench.threads_per_rank(cluster, counts),
+                        threads=threads if threads is not None else profiles.threads_per_rank(cluster, counts),
                         amp=chosen["amp"], auto_flags=tuple(a for a in auto if a == "amp"),
                         run_timeout_s=run_timeout_s, via=via, queue_timeout_s=queue_timeout_s,
                         storage_metrics=storage_metrics)
@@ -136,7 +136,7 @@ def manifest_summary(m: dict[str, Any]) -> dict[str, Any]:
 
 def train_args(cluster: Cluster, run_id: str, opts: TrainOptions, n: int) -> list[str]:
     args = ["--data", data_dir(cluster, opts.dataset), "--target-acc", f"{opts.target_acc:g}",
-            "--checkpoint-dir", f"{bench.run_dir(cluster, run_id)}/ckpt-{n}", "--json", "--progress"]
+            "--checkpoint-dir", f"{commands.run_dir(cluster, run_id)}/ckpt-{n}", "--json", "--progress"]
     if opts.epochs:
         args += ["--epochs", str(opts.epochs)]
     if opts.amp:
@@ -168,7 +168,7 @@ def run_train(runner: bench.Runner, cluster: Cluster, opts: TrainOptions, run_id
     ui.info(f"  the dataset's training defaults: {t.get('model', '?')}, batch {t.get('batch_size', '?')} per rank, "
             f"base lr {t.get('base_lr', '?')} per 256 images, up to {opts.epochs or t.get('epochs', '?')} epochs; "
             f"AMP {'on' if opts.amp else 'off'}" + (" (auto)" if opts.auto_flags else ""))
-    session.remote("hostfiles", bench.hostfiles_cmd(cluster, run_id, opts.nodes), 60, cleanup=False)
+    session.remote("hostfiles", commands.hostfiles_cmd(cluster, run_id, opts.nodes), 60, cleanup=False)
 
     runs: list[tuple[int, dict[str, Any]]] = []
     for i, n in enumerate(opts.nodes, 1):
@@ -177,7 +177,7 @@ def run_train(runner: bench.Runner, cluster: Cluster, opts: TrainOptions, run_id
         cmd = session.launch(name, n, SCRIPT, train_args(cluster, run_id, opts, n))
         with RunProgress(f"{n} node(s) train", target=opts.target_acc) as progress:
             out = session.remote(name, cmd, session.limit, on_line=progress, nodes=n)
-        rec = bench.parse_json_line(out, f"resnet_train ({n} nodes)")
+        rec = commands.parse_json_line(out, f"resnet_train ({n} nodes)")
         runs.append((n, rec))
         last = rec["history"][-1]["top1"] if rec["history"] else None
         if rec["reached"]:
@@ -197,7 +197,7 @@ def run_train(runner: bench.Runner, cluster: Cluster, opts: TrainOptions, run_id
         **bench.cluster_record(cluster),
         "node_counts": list(opts.nodes),
         "flags": {**asdict(opts), "ranks": {str(n): len(cluster.rank_nodes(n)) for n in opts.nodes}},
-        "cpu_sharing": bench.cpu_sharing(cluster, opts),
+        "cpu_sharing": profiles.cpu_sharing(cluster, opts),
         "nccl_debug": session.nccl or None,
     }
     versions = json.loads(json.dumps(versions))  # tuples as lists: the record returned is the one on disk

@@ -54,7 +54,7 @@ resource "terraform_data" "node" {
     bridge     = terraform_data.network.input.bridge
     shared     = "${var.shared_host_dir}:${var.shared_dir}"
     memory_mb  = var.memory_mb
-    # The node's cloud-init user-data (deployer/boot.py), the same text OpenStack
+    # The node's cloud-init user-data (deployer/pipeline/boot.py), the same text OpenStack
     # hands to Nova; the driver seeds it into the container as NoCloud.
     user_data = "${var.boot_dir}/${each.key}.user-data"
   }

@@ -1,5 +1,5 @@
 # The nodes. Each boots from its own cloud-init user-data, rendered by the deployer
-# (deployer/boot.py) into boot_dir before Terraform runs: the cluster user with the
+# (deployer/pipeline/boot.py) into boot_dir before Terraform runs: the cluster user with the
 # cluster key and passwordless sudo, and the node's own SSH host key, which the
 # deployer pins in known_hosts before the first connection. The local provider boots
 # its containers from the same text. key_pair, when given, adds an existing Nova key

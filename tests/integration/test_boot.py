@@ -79,8 +79,8 @@ def test_a_node_with_another_host_key_is_refused_then_replaced(local_cluster):
 def test_ansible_refuses_a_node_whose_host_key_is_not_the_pinned_one(local_cluster, node, tmp_path):
     """Ansible's own connections (Mitogen's) check the pinned known_hosts as every other
     SSH does: with another key pinned for the node, the play cannot reach it."""
-    from deployer.ansible import run_playbook
     from deployer.errors import OperationFailed
+    from deployer.tools.ansible import run_playbook
 
     known_hosts = local_cluster.state / "ssh" / "known_hosts"
     pinned = known_hosts.read_text()

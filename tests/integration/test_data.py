@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from deployer import datasets
+from deployer.bench import datasets
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from deployer import boot, timings
+from deployer.pipeline import boot, timings
 
 pytestmark = pytest.mark.integration
 

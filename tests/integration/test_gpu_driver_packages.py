@@ -47,7 +47,7 @@ PLAY = """\
     (470, ["nvidia-tesla-470-driver", "nvidia-tesla-470-smi", "libnvidia-tesla-470-cuda1"]),
 ])
 def test_driver_packages_resolve_on_debian_12(local_cluster, tmp_path, branch, expect):
-    from deployer.ansible import run_playbook
+    from deployer.tools.ansible import run_playbook
 
     host = f"{NAME}-worker-1"
     out = tmp_path / "apt.json"

@@ -36,7 +36,7 @@ PLAY = """\
 
 
 def test_the_export_is_written_on_a_debian_node(local_cluster, tmp_path):
-    from deployer.ansible import run_playbook
+    from deployer.tools.ansible import run_playbook
 
     host = f"{NAME}-worker-1"
     play = tmp_path / "play.yml"

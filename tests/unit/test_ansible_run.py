@@ -1,4 +1,4 @@
-"""deployer.ansible.run_playbook through ansible-runner for real, on this machine
+"""deployer.tools.ansible.run_playbook through ansible-runner for real, on this machine
 (connection: local), with a two-task play: what it counts, what it logs, and a failure
 as one line naming the host and the task. The cluster's own site.yml runs in the
 integration tier."""
@@ -16,9 +16,9 @@ import time
 import pytest
 import yaml
 
-import deployer.ansible
-from deployer.ansible import run_playbook
+import deployer.tools.ansible
 from deployer.errors import OperationFailed
+from deployer.tools.ansible import run_playbook
 
 
 def _play(tmp_path, tasks):
@@ -72,13 +72,13 @@ def _filter_imports(tmp_path, monkeypatch, warm: str) -> set[str]:
     in each task (a probe plugin beside the cluster's own records its importer)."""
 
     adir = tmp_path / "ansible"
-    shutil.copytree(deployer.ansible.ansible_dir(), adir)
+    shutil.copytree(deployer.tools.ansible.ansible_dir(), adir)
     record = tmp_path / "imports"
     (adir / "filter_plugins" / "zz_probe.py").write_text(
         "import os\n"
         f"with open({str(record)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n\n\n"
         "class FilterModule:\n    def filters(self):\n        return {}\n")
-    monkeypatch.setattr(deployer.ansible, "ansible_dir", lambda: adir)
+    monkeypatch.setattr(deployer.tools.ansible, "ansible_dir", lambda: adir)
     monkeypatch.setenv("DEPLOYER_WARM_JINJA", warm)
     inv, run_dir = _play(tmp_path, [{"name": f"Filter {i}", "ansible.builtin.debug": {"msg": "{{ 'yes' | bool }}"}} for i in range(3)])
     run_playbook(inv, run_dir, playbook=str(tmp_path / "play.yml"))
@@ -109,7 +109,7 @@ def test_no_secret_from_the_environment_reaches_the_runs_logs(tmp_path, monkeypa
 INTERRUPTED_PLAY = """
 import signal, sys
 from pathlib import Path
-from deployer.ansible import run_playbook
+from deployer.tools.ansible import run_playbook
 signal.signal(signal.SIGINT, signal.default_int_handler)
 try:
     run_playbook(Path(sys.argv[1]), Path(sys.argv[2]), playbook=sys.argv[3])

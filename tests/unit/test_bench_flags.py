@@ -9,6 +9,7 @@ import shlex
 
 import pytest
 
+from deployer.bench import commands, profiles
 from deployer.bench import sweep as bench
 from deployer.cluster import Cluster
 from deployer.errors import UsageError
@@ -30,7 +31,7 @@ def cluster(n: int = 3, gpus: int = 0, user: str = "root") -> Cluster:
     (None, 1, (1,)),
 ])
 def test_node_counts(text, size, expect):
-    assert bench.parse_node_counts(text, size) == expect
+    assert profiles.parse_node_counts(text, size) == expect
 
 
 @pytest.mark.parametrize("text,fix", [
@@ -44,7 +45,7 @@ def test_node_counts(text, size, expect):
 ])
 def test_node_counts_rejected(text, fix):
     with pytest.raises(UsageError) as e:
-        bench.parse_node_counts(text, 3)
+        profiles.parse_node_counts(text, 3)
     assert fix in str(e.value) and "\n" not in str(e.value)
     assert e.value.exit_code == 2
 
@@ -61,20 +62,20 @@ def test_node_counts_rejected(text, fix):
 ])
 def test_options_rejected(flags, fix):
     with pytest.raises(UsageError) as e:
-        bench.make_options(cluster(), nodes="1,2", **flags)
+        profiles.make_options(cluster(), nodes="1,2", **flags)
     assert fix in str(e.value)
 
 
 def test_options_accepted():
-    o = bench.make_options(cluster(), nodes="3,1", model="resnet18", batch_size=4, image_size=32,
+    o = profiles.make_options(cluster(), nodes="3,1", model="resnet18", batch_size=4, image_size=32,
                            mode="ensemble", allreduce_max="1G")
-    assert o.nodes == (1, 3) and o.mode == "ensemble" and bench.size_bytes(o.allreduce_max) == 1 << 30
+    assert o.nodes == (1, 3) and o.mode == "ensemble" and profiles.size_bytes(o.allreduce_max) == 1 << 30
 
 
 def test_mpirun_command_cpu_root():
     c = cluster(3)
-    cmd = bench.mpirun_cmd(c, "r1", 2, 600, "resnet_synthetic.py",
-                           bench.resnet_args(bench.make_options(c, nodes="2", fp16_allreduce=True), "dp"))
+    cmd = commands.mpirun_cmd(c, "r1", 2, 600, "resnet_synthetic.py",
+                           commands.resnet_args(profiles.make_options(c, nodes="2", fp16_allreduce=True), "dp"))
     argv = shlex.split(cmd)
     assert argv[:4] == ["timeout", "--kill-after=30", "600", "mpirun"]
     assert "--allow-run-as-root" in argv
@@ -88,17 +89,17 @@ def test_mpirun_command_cpu_root():
 
 def test_mpirun_command_gpus_counts_slots():
     c = cluster(3, gpus=8, user="ubuntu")
-    argv = shlex.split(bench.mpirun_cmd(c, "r1", 3, 60, "allreduce.py", ["--json"]))
+    argv = shlex.split(commands.mpirun_cmd(c, "r1", 3, 60, "allreduce.py", ["--json"]))
     assert argv[argv.index("-np") + 1] == "24"
     assert "--allow-run-as-root" not in argv
 
 
 def test_hostfiles_and_cleanup_commands():
     c = cluster(3)
-    assert bench.hostfiles_cmd(c, "r1", (1, 2, 3)) == (
+    assert commands.hostfiles_cmd(c, "r1", (1, 2, 3)) == (
         "mkdir -p /shared/bench/r1 && for n in 1 2 3; do head -n $n /shared/hostfile > "
         "/shared/bench/r1/hostfile.$n; done")
-    cmd = bench.cleanup_cmd(c)
+    cmd = commands.cleanup_cmd(c)
     for ip in ("10.10.0.10", "10.10.0.11", "10.10.0.12"):
         assert ip in cmd
     # the pkill pattern, after both shells unquote it, matches the ranks' command lines
@@ -111,77 +112,77 @@ def test_hostfiles_and_cleanup_commands():
 
 def test_parse_json_line():
     out = "Model: resnet18\nTotal img/sec on 2 CPU(s): 30.0 +-1.0\n" + json.dumps({"img_per_sec": 30.0}) + "\n"
-    assert bench.parse_json_line(out, "x") == {"img_per_sec": 30.0}
+    assert commands.parse_json_line(out, "x") == {"img_per_sec": 30.0}
     with pytest.raises(bench.OperationFailed, match="no JSON"):
-        bench.parse_json_line("Model: resnet18\n", "resnet")
+        commands.parse_json_line("Model: resnet18\n", "resnet")
 
 
 def test_parse_iperf():
     out = json.dumps({"end": {"sum_received": {"bits_per_second": 9.41e9}, "sum_sent": {}}})
-    assert bench.parse_iperf("warning first\n" + out) == pytest.approx(9.41)
+    assert commands.parse_iperf("warning first\n" + out) == pytest.approx(9.41)
 
 
 def test_parse_iperf_bidir_takes_the_slower_direction():
     out = json.dumps({"end": {"sum_received": {"bits_per_second": 8e9},
                               "sum_received_bidir_reverse": {"bits_per_second": 6e9}}})
-    assert bench.parse_iperf(out) == pytest.approx(6.0)
-    assert bench.iperf_cmd("10.0.0.2", bidir=True).endswith("-J -t 3 --bidir")
+    assert commands.parse_iperf(out) == pytest.approx(6.0)
+    assert commands.iperf_cmd("10.0.0.2", bidir=True).endswith("-J -t 3 --bidir")
 
 
 # ---- profiles and threads -------------------------------------------------------------------
 
 
 def test_cpu_only_clusters_get_the_quick_profile_and_are_told_why():
-    o = bench.make_options(cluster(3), nodes=None)
+    o = profiles.make_options(cluster(3), nodes=None)
     assert o.profile == "quick" and (o.model, o.image_size, o.batch_size) == ("resnet18", 64, 16)
     assert "--profile horovod" in o.profile_reason
 
 
 def test_gpu_clusters_keep_horovods_defaults():
-    o = bench.make_options(cluster(2, gpus=4), nodes=None)
+    o = profiles.make_options(cluster(2, gpus=4), nodes=None)
     assert o.profile == "horovod" and (o.model, o.image_size, o.batch_size, o.num_iters) == ("resnet50", 224, 32, 10)
 
 
 def test_flags_override_the_profile():
-    o = bench.make_options(cluster(3), nodes="1", profile="horovod", model="resnet18", num_iters=2)
+    o = profiles.make_options(cluster(3), nodes="1", profile="horovod", model="resnet18", num_iters=2)
     assert (o.profile, o.model, o.image_size, o.num_iters) == ("horovod", "resnet18", 224, 2)
 
 
 def test_unknown_profile_names_the_choices():
     with pytest.raises(UsageError, match="quick, standard, horovod"):
-        bench.make_options(cluster(3), nodes="1", profile="fast")
+        profiles.make_options(cluster(3), nodes="1", profile="fast")
 
 
 def test_threads_per_rank_for_nodes_sharing_cores():
     shared = dataclasses.replace(cluster(3), shared_cpus=2)
-    o = bench.make_options(shared, nodes="1,2,3")
+    o = profiles.make_options(shared, nodes="1,2,3")
     assert o.threads == 1  # 3 ranks on 2 cores: one thread each, at every N
-    assert bench.resnet_args(o, "dp")[-2:] == ["--threads", "1"]
-    assert bench.cpu_sharing(shared, o) == {"shared_cpus": 2, "threads_per_rank": 1,
+    assert commands.resnet_args(o, "dp")[-2:] == ["--threads", "1"]
+    assert profiles.cpu_sharing(shared, o) == {"shared_cpus": 2, "threads_per_rank": 1,
                                             "efficiency_ceiling": {"1": 1.0, "2": 1.0, "3": 0.667}}
     big = dataclasses.replace(cluster(3), shared_cpus=16)
-    assert bench.make_options(big, nodes="1,2").threads == 8
-    assert bench.make_options(big, nodes="1,2", threads=3).threads == 3  # asked for
+    assert profiles.make_options(big, nodes="1,2").threads == 8
+    assert profiles.make_options(big, nodes="1,2", threads=3).threads == 3  # asked for
     # Nodes with their own CPUs: the benchmark sizes itself, nothing to report.
-    o = bench.make_options(cluster(3), nodes="1,2")
-    assert o.threads is None and "--threads" not in bench.resnet_args(o, "dp") and bench.cpu_sharing(cluster(3), o) is None
+    o = profiles.make_options(cluster(3), nodes="1,2")
+    assert o.threads is None and "--threads" not in commands.resnet_args(o, "dp") and profiles.cpu_sharing(cluster(3), o) is None
     with pytest.raises(UsageError, match="--threads"):
-        bench.make_options(cluster(3), nodes="1", threads=0)
+        profiles.make_options(cluster(3), nodes="1", threads=0)
 
 
 # ---- the pairwise network check ---------------------------------------------------------------
 
 
 def test_net_pairs_every_pair_up_to_eight_then_a_ring():
-    three = [(a.name, b.name) for a, b in bench.net_pairs(cluster(3))]
+    three = [(a.name, b.name) for a, b in commands.net_pairs(cluster(3))]
     assert three == [("demo-master", "demo-worker-1"), ("demo-master", "demo-worker-2"), ("demo-worker-1", "demo-worker-2")]
-    assert len(bench.net_pairs(cluster(8))) == 28
-    ring = [(a.name, b.name) for a, b in bench.net_pairs(cluster(10))]
+    assert len(commands.net_pairs(cluster(8))) == 28
+    ring = [(a.name, b.name) for a, b in commands.net_pairs(cluster(10))]
     assert len(ring) == 10 and ring[-1] == ("demo-worker-9", "demo-master")
 
 
 def test_pair_command_runs_the_server_on_the_receiver():
-    argv = shlex.split(bench.pair_cmd("10.10.0.11", "10.10.0.12"))
+    argv = shlex.split(commands.pair_cmd("10.10.0.11", "10.10.0.12"))
     assert argv[:4] == ["ssh", "-o", "BatchMode=yes", "10.10.0.12"] and argv[4:8] == ["iperf3", "-s", "-1", "-D"]
     assert argv[-8:] == ["timeout", "30", "iperf3", "-c", "10.10.0.12", "-J", "-t", "2"]
     assert argv[argv.index("10.10.0.11") - 3] == "ssh"

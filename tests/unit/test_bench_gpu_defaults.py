@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from deployer import cli
+from deployer.bench import commands, profiles
 from deployer.bench import report as bench_report
 from deployer.bench import sweep as bench
 from deployer.cluster import Cluster
@@ -26,18 +27,18 @@ def cluster(n: int = 2, gpus: int = 0) -> Cluster:
 
 
 def test_gpu_clusters_get_amp_and_channels_last_and_are_told_they_were_automatic():
-    o = bench.make_options(cluster(2, gpus=4), nodes="1,2")
+    o = profiles.make_options(cluster(2, gpus=4), nodes="1,2")
     assert (o.amp, o.channels_last, o.fp16_allreduce) == (True, True, False)  # fp16 all-reduce stays opt-in
     assert o.auto_flags == ("amp", "channels_last")
-    args = bench.resnet_args(o, "dp")
+    args = commands.resnet_args(o, "dp")
     assert "--amp" in args and "--channels-last" in args and "--fp16-allreduce" not in args
     assert bench_report.precision_text(asdict(o)) == "AMP on (auto), channels_last on (auto), fp16 all-reduce off"
 
 
 def test_cpu_clusters_keep_both_off():
-    o = bench.make_options(cluster(3), nodes="1,2")
+    o = profiles.make_options(cluster(3), nodes="1,2")
     assert (o.amp, o.channels_last) == (False, False) and o.auto_flags == ("amp", "channels_last")
-    args = bench.resnet_args(o, "dp")
+    args = commands.resnet_args(o, "dp")
     assert not {"--amp", "--channels-last", "--fp16-allreduce"} & set(args)
 
 
@@ -50,16 +51,16 @@ def test_cpu_clusters_keep_both_off():
     (0, {"amp": None, "channels_last": None}, (False, False), ("amp", "channels_last")),  # None: the CLI's "not given"
 ])
 def test_explicit_flags_win_either_way(gpus, asked, want, auto):
-    o = bench.make_options(cluster(2, gpus=gpus), nodes="1", **asked)
+    o = profiles.make_options(cluster(2, gpus=gpus), nodes="1", **asked)
     assert (o.amp, o.channels_last) == want and o.auto_flags == auto
-    values, chosen = bench.gpu_defaults(cluster(2, gpus=gpus), asked)
+    values, chosen = profiles.gpu_defaults(cluster(2, gpus=gpus), asked)
     assert (values["amp"], values["channels_last"]) == want and chosen == auto
 
 
 def test_one_gpu_node_is_a_gpu_cluster():
     c = cluster(2)
     c = dataclasses.replace(c, nodes=(c.master, dataclasses.replace(c.workers[0], gpus=1)))
-    assert c.has_gpus and bench.make_options(c, nodes="1").amp
+    assert c.has_gpus and profiles.make_options(c, nodes="1").amp
 
 
 def test_the_cli_passes_the_flag_pairs_through(monkeypatch):
@@ -100,7 +101,7 @@ def exported(argv: list[str]) -> dict[str, str | None]:
 @pytest.mark.parametrize("script", ["resnet_synthetic.py", "allreduce.py"])
 def test_gpu_runs_log_nccl_warnings_per_rank_into_the_run_dir(script):
     c = cluster(2, gpus=8)
-    env = exported(shlex.split(bench.mpirun_cmd(c, "r1", 2, 600, script, ["--json"])))
+    env = exported(shlex.split(commands.mpirun_cmd(c, "r1", 2, 600, script, ["--json"])))
     assert env["NCCL_DEBUG"] == "WARN"
     assert env["NCCL_DEBUG_FILE"] == "/shared/bench/r1/nccl.%h.%p.log"  # NCCL expands host and pid
     # the login shell's interface settings (/etc/profile.d) still pass through by name
@@ -108,11 +109,11 @@ def test_gpu_runs_log_nccl_warnings_per_rank_into_the_run_dir(script):
 
 
 def test_cpu_runs_have_no_nccl_debug():
-    argv = shlex.split(bench.mpirun_cmd(cluster(3), "r1", 2, 600, "resnet_synthetic.py", ["--json"]))
+    argv = shlex.split(commands.mpirun_cmd(cluster(3), "r1", 2, 600, "resnet_synthetic.py", ["--json"]))
     env = exported(argv)
     assert "NCCL_DEBUG" not in env and "NCCL_DEBUG_FILE" not in env
     assert set(env) == {"PATH", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}
-    assert bench.nccl_env(cluster(3), "r1") == {}
+    assert commands.nccl_env(cluster(3), "r1") == {}
 
 
 def test_the_nccl_log_copy_lists_only_non_empty_logs_of_this_run(tmp_path):
@@ -124,9 +125,9 @@ def test_the_nccl_log_copy_lists_only_non_empty_logs_of_this_run(tmp_path):
     (d / "nccl.host-a.11.log").write_text("host-a:11:12 [0] NCCL WARN something")  # no final newline
     (d / "nccl.host-b.12.log").write_text("")  # NCCL opens one per process; most stay empty
     (d / "nccl.host-c.13.log").write_text("host-c:13:14 [1] NCCL WARN other\n")
-    p = subprocess.run(["bash", "-c", bench.nccl_logs_cmd(c, "r1")], capture_output=True, text=True, check=True)
+    p = subprocess.run(["bash", "-c", commands.nccl_logs_cmd(c, "r1")], capture_output=True, text=True, check=True)
     assert [ln for ln in p.stdout.splitlines() if ln.startswith("==> ")] == ["==> nccl.host-a.11.log <==", "==> nccl.host-c.13.log <=="]
     assert "NCCL WARN something" in p.stdout and "host-b" not in p.stdout
-    empty = subprocess.run(["bash", "-c", bench.nccl_logs_cmd(dataclasses.replace(c, shared_dir=str(tmp_path / "none")), "r1")],
+    empty = subprocess.run(["bash", "-c", commands.nccl_logs_cmd(dataclasses.replace(c, shared_dir=str(tmp_path / "none")), "r1")],
                            capture_output=True, text=True)
     assert empty.returncode == 0 and empty.stdout == ""

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from deployer.bench import commands, profiles
 from deployer.bench import report as bench_report
 from deployer.bench import schema as bench_schema
 from deployer.bench import sweep as bench
@@ -177,8 +178,8 @@ def gpu_replay(tmp_path):
     return Cluster.parse(fixture["cluster"]), ReplayRunner(fixture["calls"]), shared
 
 
-def sweep_options(cluster: Cluster) -> bench.BenchOptions:
-    return bench.make_options(cluster, nodes="1,2", model="resnet50", batch_size=32, image_size=224,
+def sweep_options(cluster: Cluster) -> profiles.BenchOptions:
+    return profiles.make_options(cluster, nodes="1,2", model="resnet50", batch_size=32, image_size=224,
                               num_warmup_batches=1, num_batches_per_iter=2, num_iters=2,
                               allreduce_min="1K", allreduce_max="16K", run_timeout_s=300, net=True)
 
@@ -235,7 +236,7 @@ def test_the_cpu_sweep_sends_no_nccl_settings_and_copies_no_logs(tmp_path):
 def test_a_failed_gpu_run_names_where_nccls_warnings_are(gpu_replay, tmp_path):
     cluster, runner, shared = gpu_replay
     runner.calls[1] = {**runner.calls[1], "rc": 1, "stdout": "", "stderr": "mpirun: something broke"}
-    runner.calls.insert(2, {"cmd": bench.cleanup_cmd(cluster), "rc": 0, "stdout": "", "stderr": ""})
+    runner.calls.insert(2, {"cmd": commands.cleanup_cmd(cluster), "rc": 0, "stdout": "", "stderr": ""})
     with pytest.raises(OperationFailed) as e:
         bench.run_bench(runner, cluster, sweep_options(cluster), "run1", tmp_path / "out")
     assert f"NCCL warnings, if any: {shared}/bench/run1/nccl.%h.%p.log on the master" in str(e.value)
@@ -244,6 +245,6 @@ def test_a_failed_gpu_run_names_where_nccls_warnings_are(gpu_replay, tmp_path):
 
 def test_the_flags_in_the_record_are_the_options(gpu_replay):
     cluster, _, _ = gpu_replay
-    o = bench.make_options(cluster, nodes="1", amp=False)
+    o = profiles.make_options(cluster, nodes="1", amp=False)
     assert asdict(o)["auto_flags"] == ("channels_last",)
     assert bench_report.precision_text(asdict(o)) == "AMP off, channels_last on (auto), fp16 all-reduce off"

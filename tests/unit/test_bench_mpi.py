@@ -193,10 +193,11 @@ def fake_cluster(tmp_path):
 
 
 def test_sweep_on_fake_cluster(fake_cluster, tmp_path):
+    from deployer.bench import profiles
     from deployer.bench import sweep as bench
 
     cl, runner = fake_cluster
-    opts = bench.make_options(cl, nodes="1,2", model="resnet18", batch_size=2, image_size=32,
+    opts = profiles.make_options(cl, nodes="1,2", model="resnet18", batch_size=2, image_size=32,
                               num_warmup_batches=1, num_batches_per_iter=2, num_iters=2,
                               allreduce_min="1K", allreduce_max="16K", run_timeout_s=300, net=True, timeline=True)
     out = tmp_path / "state" / "bench" / "run1"
@@ -233,12 +234,13 @@ def test_sweep_on_fake_cluster(fake_cluster, tmp_path):
 
 
 def test_hung_run_is_killed_and_reported(fake_cluster, tmp_path):
+    from deployer.bench import profiles
     from deployer.bench import sweep as bench
     from deployer.errors import OperationFailed
 
     cl, runner = fake_cluster
     # a run that cannot finish inside its 3 s bound stands in for a hung rank
-    opts = bench.make_options(cl, nodes="2", model="resnet50", batch_size=8, image_size=64,
+    opts = profiles.make_options(cl, nodes="2", model="resnet50", batch_size=8, image_size=64,
                               num_warmup_batches=50, run_timeout_s=3)
     with pytest.raises(OperationFailed) as e:
         bench.run_bench(runner, cl, opts, "run2", tmp_path / "out")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from deployer.bench import commands, profiles
 from deployer.bench import sweep as bench
 from deployer.bench.failure import diagnose
 from deployer.bench.progress import RunProgress, SweepProgress
@@ -70,7 +71,7 @@ def replay(tmp_path):
 
 def test_the_recorded_slurm_sweep_sends_the_same_jobs_and_makes_the_report(replay, tmp_path):
     cluster, runner = replay
-    opts = bench.make_options(cluster, **FLAGS)
+    opts = profiles.make_options(cluster, **FLAGS)
     out = tmp_path / "bench" / RECORDED["run_id"]
     rep = bench.run_bench(runner, cluster, opts, RECORDED["run_id"], out)
     assert runner.calls == [], "every recorded command was sent, in order, the same"
@@ -88,9 +89,9 @@ def test_the_recorded_slurm_sweep_sends_the_same_jobs_and_makes_the_report(repla
 
 def test_the_job_script_asks_slurm_for_what_the_mpirun_path_uses(replay):
     cluster, _ = replay
-    opts = bench.make_options(cluster, **FLAGS)
-    args = bench.resnet_args(opts, "dp")
-    text = bench.sbatch_script(cluster, "r1", 2, 1800, "resnet-dp-2", "resnet_synthetic.py", args)
+    opts = profiles.make_options(cluster, **FLAGS)
+    args = commands.resnet_args(opts, "dp")
+    text = commands.sbatch_script(cluster, "r1", 2, 1800, "resnet-dp-2", "resnet_synthetic.py", args)
     lines = text.splitlines()
     assert "#SBATCH --nodes=2" in lines and "#SBATCH --ntasks-per-node=1" in lines
     assert "#SBATCH --exclusive" in lines and "#SBATCH --time=30" in lines
@@ -100,17 +101,17 @@ def test_the_job_script_asks_slurm_for_what_the_mpirun_path_uses(replay):
     assert srun.startswith("srun --mpi=pmix --cpu-bind=none --kill-on-bad-exit=1 python ")
     assert srun.endswith("/benchmarks/resnet_synthetic.py " + " ".join(args))
     # the same benchmark command as the mpirun path's, launcher aside
-    mpirun = bench.mpirun_cmd(cluster, "r1", 2, 1800, "resnet_synthetic.py", args)
+    mpirun = commands.mpirun_cmd(cluster, "r1", 2, 1800, "resnet_synthetic.py", args)
     assert mpirun.endswith(srun.split(" python ", 1)[1])
 
 
 def test_on_gpu_nodes_one_task_per_gpu_and_nccl_warnings_in_the_run_dir(replay):
     cluster, _ = replay
     cluster = dataclasses.replace(cluster, nodes=tuple(dataclasses.replace(n, gpus=2) for n in cluster.nodes))
-    text = bench.sbatch_script(cluster, "r1", 2, 600, "allreduce-2", "allreduce.py", ["--json"])
+    text = commands.sbatch_script(cluster, "r1", 2, 600, "allreduce-2", "allreduce.py", ["--json"])
     lines = text.splitlines()
     assert "#SBATCH --ntasks-per-node=2" in lines and "#SBATCH --gpus-per-node=2" in lines and "#SBATCH --time=10" in lines
-    assert f"export NCCL_DEBUG_FILE={bench.nccl_log_pattern(cluster, 'r1')}" in lines and "export NCCL_DEBUG=WARN" in lines
+    assert f"export NCCL_DEBUG_FILE={commands.nccl_log_pattern(cluster, 'r1')}" in lines and "export NCCL_DEBUG=WARN" in lines
 
 
 def test_a_failed_job_is_named_by_rank_and_node_and_only_this_benchs_jobs_are_cancelled(replay, tmp_path):
@@ -118,7 +119,7 @@ def test_a_failed_job_is_named_by_rank_and_node_and_only_this_benchs_jobs_are_ca
     out, _, err = (FIXTURES / "bench" / "srun_rank_exception.txt").read_text().partition("----\n")
     runner.calls[2] = {**runner.calls[2], "rc": 143, "stdout": out, "stderr": err}  # resnet-dp-2
     runner.calls.insert(3, {"cmd": f"scancel --name=deployer-bench-{RECORDED['run_id']}", "rc": 0, "stdout": "", "stderr": ""})
-    opts = bench.make_options(cluster, **FLAGS)
+    opts = profiles.make_options(cluster, **FLAGS)
     with pytest.raises(OperationFailed) as e:
         bench.run_bench(runner, cluster, opts, RECORDED["run_id"], tmp_path / "b")
     assert str(e.value).startswith("resnet-dp-2 failed: rank 1 on sdev-worker-1: exited with exit code 1; "
@@ -139,7 +140,7 @@ def test_diagnose_srun_prefers_the_task_that_exited_over_the_ones_killed_after_i
 def test_bad_launcher_flags_are_usage_errors(replay, flags, msg):
     cluster, _ = replay
     with pytest.raises(UsageError, match=re.escape(msg)):
-        bench.make_options(cluster, nodes="1,2", **flags)
+        profiles.make_options(cluster, nodes="1,2", **flags)
 
 
 # --- the follower on the master (benchmarks/slurm_job.py) ---------------------------

@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 
 from deployer import ui
-from deployer.bench import metrics, storage_reads
+from deployer.bench import commands, metrics, storage_reads
 from deployer.bench import report as bench_report
 from deployer.bench import schema as bench_schema
-from deployer.bench import sweep as bench
 from deployer.bench import training as bench_train
 from deployer.bench.failure import untag
 from deployer.bench.progress import RunProgress
@@ -38,7 +37,7 @@ PROMETHEUS = (FIX / "storage_queries.out").read_text()
 
 
 def record(name: str) -> dict:
-    return bench.parse_json_line(RUNS[name], name)
+    return commands.parse_json_line(RUNS[name], name)
 
 
 def make_cluster(shared: str) -> Cluster:
@@ -92,9 +91,9 @@ def test_the_sweep_sends_the_check_the_hostfiles_and_one_training_run_per_n(clus
     rep, out = sweep(cluster, runner, tmp_path)
     shared = cluster.shared_dir
     assert runner.commands[0] == bench_train.manifest_cmd(cluster, "digits")
-    assert runner.commands[1] == bench.hostfiles_cmd(cluster, "run1", (1, 2))
+    assert runner.commands[1] == commands.hostfiles_cmd(cluster, "run1", (1, 2))
     for cmd, n in zip(runner.commands[2:4], (1, 2), strict=True):
-        assert cmd == bench.mpirun_cmd(cluster, "run1", n, 3600, "resnet_train.py", [
+        assert cmd == commands.mpirun_cmd(cluster, "run1", n, 3600, "resnet_train.py", [
             "--data", f"{shared}/datasets/digits", "--target-acc", "0.9",
             "--checkpoint-dir", f"{shared}/bench/run1/ckpt-{n}", "--json", "--progress"])
         assert f" -np {n} " in cmd
@@ -269,7 +268,7 @@ def test_on_gpu_nodes_amp_nccl_logs_and_the_nccl_warnings_copied_back(cluster, t
     runner = GpuRunner({1: RUNS["train-1"], 2: RUNS["train-2"]})
     rep, out = sweep(gpu, runner, tmp_path)
     assert all(" --amp" in c and "-x NCCL_DEBUG=WARN" in c for c in runner.commands[2:4])
-    assert runner.commands[4] == bench.nccl_logs_cmd(gpu, "run1")
+    assert runner.commands[4] == commands.nccl_logs_cmd(gpu, "run1")
     assert rep["files"]["nccl_logs"] == str(out / "nccl.log") and "NCCL WARN" in (out / "nccl.log").read_text()
 
 
@@ -330,7 +329,7 @@ def test_a_crashed_training_run_stops_every_rank_and_names_its_log(cluster, tmp_
     runner = Crash({1: RUNS["train-1"]})
     with pytest.raises(OperationFailed, match="train-2 failed") as e:
         sweep(cluster, runner, tmp_path)
-    assert runner.commands[-1] == bench.cleanup_cmd(cluster), "no rank is left running"
+    assert runner.commands[-1] == commands.cleanup_cmd(cluster), "no rank is left running"
     assert e.value.log == tmp_path / "bench" / "run1" / "train-2.log"
 
 

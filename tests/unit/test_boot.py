@@ -15,8 +15,8 @@ import sys
 import pytest
 import yaml
 
-from deployer import boot, timings
 from deployer.errors import UsageError
+from deployer.pipeline import boot, timings
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer import datasets
+from deployer.bench import datasets
 
 torch = pytest.importorskip("torch")
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"

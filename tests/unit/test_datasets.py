@@ -1,4 +1,4 @@
-"""deployer.datasets: the catalog, bad input, the space check, digits written from scikit-learn's
+"""deployer.bench.datasets: the catalog, bad input, the space check, digits written from scikit-learn's
 copy, manifest verification, and the fetch command run for real (bash, curl, md5sum, tar) on an
 archive served from a file:// URL, stopped half-way and resumed."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer import datasets
+from deployer.bench import datasets
 from deployer.errors import RecordError, UsageError
 
 

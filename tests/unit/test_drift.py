@@ -1,6 +1,6 @@
 """What `up` configures and what `status` says, from the records and the observation."""
 
-from deployer import drift
+from deployer.pipeline import drift
 from deployer.providers.base import Machine, Observation
 
 from ..clusters import typed

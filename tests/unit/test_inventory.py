@@ -5,9 +5,9 @@ import shlex
 import pytest
 import yaml
 
-from deployer import boot, inventory
 from deployer.cluster import Cluster
 from deployer.errors import UsageError
+from deployer.pipeline import boot, inventory
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployer import boot
+from deployer.pipeline import boot
 from deployer.providers.local import image
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState

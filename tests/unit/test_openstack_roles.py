@@ -48,7 +48,7 @@ PLAY = """\
 
 
 def inventory(connection: str = "ssh", **group_vars) -> dict:
-    """The shape deployer/inventory.py renders (only the keys these roles read)."""
+    """The shape deployer/pipeline/inventory.py renders (only the keys these roles read)."""
     return {
         "all": {
             "vars": {

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from deployer import readiness
 from deployer.cluster import Cluster, Node
 from deployer.errors import OperationFailed
-from deployer.readiness import KeyRefused, NotYet, Probe, classify
+from deployer.pipeline import readiness
+from deployer.pipeline.readiness import KeyRefused, NotYet, Probe, classify
 
 MASTER = Node("lab-master", "master", "10.77.0.10", "203.0.113.5")
 WORKER = Node("lab-worker-1", "worker", "10.77.0.11", None)

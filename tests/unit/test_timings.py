@@ -1,4 +1,4 @@
-"""Per-stage timings of `up` (deployer/timings.py), the per-role split read from a recorded
+"""Per-stage timings of `up` (deployer/pipeline/timings.py), the per-role split read from a recorded
 ansible-runner event log (a 3-node local `up`, tests/fixtures/ansible/)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from deployer import timings
+from deployer.pipeline import timings
 
 EVENTS = Path(__file__).resolve().parents[1] / "fixtures" / "ansible" / "events_3node_up_recorded.jsonl"
 

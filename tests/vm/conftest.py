@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 import yaml
 
-from deployer import boot, inventory, readiness
-from deployer.ansible import PlayResult, run_playbook
 from deployer.cluster import Cluster
 from deployer.paths import ansible_dir
+from deployer.pipeline import boot, inventory, readiness
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
+from deployer.tools.ansible import PlayResult, run_playbook
 
 from . import machines
 from .image import ensure_image

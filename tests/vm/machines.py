@@ -8,7 +8,7 @@ What a VM gets, as on OpenStack:
   UUID (cloud-init's ConfigDrive datasource and `ds-identify` read them);
 - a config drive: an ISO 9660 filesystem labelled `config-2` with
   `openstack/latest/{meta_data,network_data}.json` and `user_data` (the node's user-data
-  from deployer/boot.py, byte for byte what Terraform hands Nova), on an IDE CD-ROM;
+  from deployer/pipeline/boot.py, byte for byte what Terraform hands Nova), on an IDE CD-ROM;
 - the root disk as the first virtio disk (`vda`, the lowest PCI address);
 - the shared volume (the master only) as a virtio disk whose serial is the Cinder volume's
   UUID, so the guest names it `/dev/disk/by-id/virtio-<first 20 characters>` as it names

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from deployer.ansible import PlayResult
+from deployer.tools.ansible import PlayResult
 
 from .conftest import VMCluster, site_play
 

@@ -73,7 +73,7 @@ def _host_apt_digest() -> str:
 # eight nodes all booted in 10.4 s against 5.2 s). The local stage exists to write network
 # configuration before networking starts: here the driver owns eth0 (network config
 # disabled), so the init stage finds the NoCloud seed by itself. The modules the
-# user-data needs (deployer/boot.py) all run in init, set_passwords included (so sshd
+# user-data needs (deployer/pipeline/boot.py) all run in init, set_passwords included (so sshd
 # starts with its setting already written); final only reports: its stage writes the
 # result.json that `cloud-init status` reads, final_message the boot-finished file.
 # tests/unit/test_lxc_image.py checks every user-data key still has its module here,

@@ -9,7 +9,7 @@
 
 Each node is a Debian system container (its own systemd, sshd, hostname, static IP)
 on an overlay of a base image built once with debootstrap (made in a moment, whatever N). It boots as a cloud VM does:
-the image has Debian's cloud-init, and the node's user-data (deployer/boot.py, the
+the image has Debian's cloud-init, and the node's user-data (deployer/pipeline/boot.py, the
 same text OpenStack hands to Nova) goes in as a NoCloud seed, so cloud-init creates
 the user, installs its key and the node's pinned host key. The driver itself writes
 only what a cloud image would already have: the host's package sources.

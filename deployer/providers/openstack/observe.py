@@ -18,7 +18,7 @@ from typing import Any
 
 from ...errors import OperationFailed
 from ...nodes import node_name_pattern
-from ...terraform import environment
+from ...tools.terraform import environment
 from ..base import Machine, Observation
 from .session import cloud_errors, connect, quiet_sdk_logs
 from .teardown import CLUSTER_ID_KEY, CLUSTER_KEY

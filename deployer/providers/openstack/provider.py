@@ -13,9 +13,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ... import terraform, ui
+from ... import ui
 from ...credentials import write_secret
 from ...errors import OperationFailed
+from ...tools import terraform
 from ..base import CloudCluster, Observation, Repair
 from .teardown import CLUSTER_ID_KEY, CLUSTER_KEY, expiry
 

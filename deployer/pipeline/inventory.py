@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from ..paths import assets_root
+from ..providers import get_provider
 from .boot import host_key
-from .paths import assets_root
-from .providers import get_provider
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
-    from .spec import ClusterSpec
-    from .state import ClusterState
+    from ..cluster import Cluster
+    from ..spec import ClusterSpec
+    from ..state import ClusterState
 
 
 def hostfile(cluster: Cluster) -> str:

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .providers.base import Observation
+from ..providers.base import Observation
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from ..cluster import Cluster
 
 EVERY_NODE_REASONS = {
     "reconfigure": "--reconfigure",

@@ -1,6 +1,6 @@
 """`deployer data`: datasets onto the cluster's shared storage, once per cluster, on the master.
 
-- `fetch NAME`: a known dataset (deployer/datasets.py's catalog). digits is written here
+- `fetch NAME`: a known dataset (deployer/bench/datasets.py's catalog). digits is written here
   from the scikit-learn package and copied like an import; cifar10 is downloaded on the
   master itself (resumable, checksummed: datasets.fetch_cmd), so the bytes cross the
   internet once, to the cluster, not to this machine first; imagenet is not freely
@@ -28,12 +28,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import datasets, ui
-from .errors import OperationFailed, UsageError
-from .remote import MasterRunner, ssh_argv
+from .. import ui
+from ..errors import OperationFailed, UsageError
+from ..remote import MasterRunner, ssh_argv
+from . import datasets
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from ..cluster import Cluster
 
 PROGRESS_EVERY_S = 5.0
 

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from . import ui
-from .errors import OperationFailed
-from .remote import ssh_argv
+from .. import ui
+from ..errors import OperationFailed
+from ..remote import ssh_argv
 
 if TYPE_CHECKING:
-    from .cluster import Cluster, Node
-    from .state import ClusterState
+    from ..cluster import Cluster, Node
+    from ..state import ClusterState
 
 # ssh's last word when the server's key is not the pinned one (or none is pinned); the
 # line before it names the address ("Host key for A has changed…", "No … host key is

@@ -12,7 +12,7 @@ for tasks outside a role, to its play). Concurrent hosts share a task, so the su
 time, not CPU time.
 
 What each node received from outside the cluster since it booted (package mirrors, PyPI)
-comes from the byte counter its user-data sets up (deployer/boot.py): the master fetches
+comes from the byte counter its user-data sets up (deployer/pipeline/boot.py): the master fetches
 the runtime and fills the package cache, so a worker's figure stays small; a large one
 says a worker downloaded on its own.
 """
@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .ui import human_bytes
+from ..ui import human_bytes
 
 # Events that open a span of wall time in the log; the next one closes it.
 _SPAN_EVENTS = ("playbook_on_start", "playbook_on_play_start", "playbook_on_task_start", "playbook_on_stats")

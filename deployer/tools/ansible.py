@@ -15,9 +15,9 @@ from typing import Any
 
 import psutil
 
-from . import signals, ui
-from .errors import OperationFailed
-from .paths import ansible_dir
+from .. import signals, ui
+from ..errors import OperationFailed
+from ..paths import ansible_dir
 
 
 @dataclass

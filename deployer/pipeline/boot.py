@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from .errors import UsageError
+from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
-    from .spec import ClusterSpec
-    from .state import ClusterState
+    from ..cluster import Cluster
+    from ..spec import ClusterSpec
+    from ..state import ClusterState
 
 # Nova refuses a server whose base64-encoded user_data is longer than this.
 NOVA_USER_DATA_LIMIT = 65535
@@ -38,7 +38,7 @@ HOST_KEY_TYPE = "ed25519"
 
 # From its first boot each node counts the bytes it receives from outside its own
 # subnet (package mirrors, PyPI, the NVIDIA repos): `up` reads the counter at the end of
-# Ansible (site.yml's last play) and reports what every node pulled (deployer/timings.py),
+# Ansible (site.yml's last play) and reports what every node pulled (deployer/pipeline/timings.py),
 # so a worker that downloads what the master already has shows. Counted before anything
 # is fetched, on the cloud and locally alike. nftables is in every Debian and Ubuntu
 # cloud image (priority important); a node without `nft` is simply not counted. The
