@@ -8,8 +8,9 @@ the verbs that use them, so `deployer --help` and `status` stay fast.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,6 +19,8 @@ from .errors import DeployerError, UsageError
 
 if TYPE_CHECKING:
     from .cluster import Cluster
+    from .spec import ClusterSpec
+    from .state import ClusterState
 
 app = typer.Typer(
     add_completion=False,
@@ -43,7 +46,7 @@ def main(debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")]
     _debug = debug
 
 
-def _state(name: str | None, state_dir: Path, config: Path | None = None):
+def _state(name: str | None, state_dir: Path, config: Path | None = None) -> ClusterState:
     from .config_file import read_config
     from .state import ClusterState, resolve_name
 
@@ -147,7 +150,7 @@ def ssh_config(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE) -> Non
     ui.out.print(st.ssh_config.read_text(), end="", markup=False)
 
 
-def _recorded_spec(name: str | None, state_dir: Path, config: Path | None) -> dict | None:
+def _recorded_spec(name: str | None, state_dir: Path, config: Path | None) -> dict[str, Any] | None:
     """The spec `up` made the cluster with (by --name, or the only cluster), when no
     config file is in play; None for a new cluster."""
     from .state import ClusterState, resolve_name
@@ -158,32 +161,26 @@ def _recorded_spec(name: str | None, state_dir: Path, config: Path | None) -> di
         st = ClusterState(state_dir, resolve_name(state_dir, name))
     except UsageError:  # several clusters and no --name: `up` makes the default one
         return None
-    record = st.read_record(st.spec_file)
-    return record["spec"] if record else None
+    spec = st.spec()
+    return spec.model_dump(mode="json") if spec else None
 
 
-def _up_cluster(st) -> Cluster:
+def _up_cluster(st: ClusterState) -> Cluster:
     cluster = st.cluster()
     if cluster is None:
         raise UsageError(f"cluster {st.name!r} is not up (state: {st.dir}): run `deployer up` first")
     return cluster
 
 
-def _cluster_with(name: str | None, state_dir: Path, what: str, key: str, is_on):
+def _cluster_with(name: str | None, state_dir: Path, what: str, key: str,
+                  is_on: Callable[[ClusterSpec], bool]) -> tuple[ClusterState, Cluster, ClusterSpec | None]:
     """(state, cluster, spec) of a cluster that is up and has `what` on in its spec."""
     st = _state(name, state_dir)
     cluster = _up_cluster(st)
-    spec = _spec_of(st)
+    spec = st.spec()
     if spec is not None and not is_on(spec):
         raise UsageError(f"{what} is off for cluster {st.name!r} ({key}: false); set {key}: true and re-run `deployer up`")
     return st, cluster, spec
-
-
-def _spec_of(st):
-    from .spec import ClusterSpec
-
-    record = st.read_record(st.spec_file)
-    return ClusterSpec.model_validate(record["spec"]) if record else None
 
 
 @app.command()
@@ -221,7 +218,7 @@ def bench(
 
     st = _state(name, state_dir)
     cluster = _up_cluster(st)
-    spec = _spec_of(st)
+    spec = st.spec()
     if via == "slurm" and spec is not None and spec.scheduler != "slurm":
         raise UsageError(f"--via slurm: cluster {st.name!r} has no Slurm (scheduler: {spec.scheduler}); "
                          "set scheduler: slurm in cluster.yaml and re-run `deployer up`, or drop --via slurm")
@@ -258,14 +255,14 @@ def bench(
         ui.print_json(report)
 
 
-def _synthetic(st, cluster: Cluster, **flags) -> dict:
+def _synthetic(st: ClusterState, cluster: Cluster, **flags: Any) -> dict[str, Any]:
     from .bench import profiles
     from .bench import sweep as bench_mod
 
     return bench_mod.run_on_cluster(st, cluster, profiles.make_options(cluster, **flags))
 
 
-def _show_dashboard(desc: dict, json_out: bool) -> None:
+def _show_dashboard(desc: dict[str, Any], json_out: bool) -> None:
     from .dashboard import render
 
     if json_out:
@@ -340,7 +337,7 @@ data_app = typer.Typer(no_args_is_help=True, help="Datasets on the cluster's sha
 app.add_typer(data_app, name="data")
 
 
-def _print_dataset(summary: dict, json_out: bool) -> None:
+def _print_dataset(summary: dict[str, Any], json_out: bool) -> None:
     if json_out:
         ui.print_json(summary)
 

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from cryptography.x509 import Certificate
+
     from .cluster import Cluster
     from .spec import MonitoringSpec
 
@@ -143,13 +145,13 @@ def grafana_fingerprint(secrets_dir: Path) -> str | None:
     return fingerprint(x509.load_pem_x509_certificate(cert_file.read_bytes())) if cert_file.exists() else None
 
 
-def fingerprint(cert) -> str:
+def fingerprint(cert: Certificate) -> str:
     from cryptography.hazmat.primitives import hashes
 
     return ":".join(f"{b:02X}" for b in cert.fingerprint(hashes.SHA256()))
 
 
-def _names(cert) -> list[str]:
+def _names(cert: Certificate) -> list[str]:
     from cryptography import x509
 
     try:

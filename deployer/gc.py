@@ -41,16 +41,17 @@ class Expired:
 
 def from_state(root: Path, at: datetime) -> list[Expired]:
     """Clusters in the state root whose recorded expiry is past."""
-    out = []
+    out: list[Expired] = []
     if not Path(root).is_dir():
         return out
     for d in sorted(p for p in Path(root).iterdir() if p.is_dir()):
         st = ClusterState(Path(root), d.name)
-        life = st.read_record(st.lifetime_file)
-        if not life or parse_iso(life["expires_at"]) > at:
+        life = st.lifetime()
+        if life is None or parse_iso(life.expires_at) > at:
             continue
-        origin = st.read_record(st.origin_file) or {}
-        out.append(Expired(d.name, origin.get("provider"), life["expires_at"], origin.get("cluster_id"), in_state=True))
+        origin = st.origin()
+        out.append(Expired(d.name, origin.provider if origin else None, life.expires_at, origin.cluster_id if origin else None,
+                           in_state=True))
     return out
 
 

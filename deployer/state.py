@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import subprocess
 import time
@@ -30,14 +29,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from . import records
 from .cluster import Cluster, ClusterOutputError
 from .errors import LockedError, RecordError, UsageError
 from .nodes import CLUSTER_NAME_PATTERN, DEFAULT_NAME
+from .records import Configured, Lifetime, Origin
 
-RECORD_VERSION = 1
-
+if TYPE_CHECKING:
+    from .spec import ClusterSpec
 
 @dataclass(frozen=True)
 class ClusterState:
@@ -123,33 +124,50 @@ class ClusterState:
     def exists(self) -> bool:
         return self.spec_file.exists()
 
-    # -- records -----------------------------------------------------------
-    def write_record(self, path: Path, data: dict[str, Any]) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps({"version": RECORD_VERSION, **data}, indent=2, default=str) + "\n")
-        tmp.replace(path)  # atomic: a crash never leaves half a record
-
-    def read_record(self, path: Path) -> dict[str, Any] | None:
-        """The record at `path` (None when absent); a damaged one is one line naming the file."""
-        if not path.exists():
+    # -- records (deployer/records.py: versioned, atomic, one reader and one writer each) --
+    def spec(self) -> ClusterSpec | None:
+        """The spec `up` made the cluster with (None before the first `up`)."""
+        data = records.read(self.spec_file)
+        if data is None:
             return None
+        from pydantic import ValidationError
+
+        from .spec import ClusterSpec
+
         try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise RecordError(
-                f"{path} is damaged ({e.__class__.__name__} at {getattr(e, 'pos', '?')}): restore it from a backup, "
-                f"or delete it and run `deployer up` again (it is rewritten from Terraform's state)"
-            ) from None
-        if not isinstance(data, dict) or data.get("version") != RECORD_VERSION:
-            found = data.get("version") if isinstance(data, dict) else None
-            raise RecordError(f"{path}: record version {found} is not {RECORD_VERSION}; use the deployer version that wrote it")
-        data.pop("version")
-        return data
+            return ClusterSpec.model_validate(data["spec"])
+        except (KeyError, ValidationError) as e:
+            raise RecordError(f"{self.spec_file} is damaged ({str(e).splitlines()[0]}): delete it and run `deployer up` "
+                              f"again") from None
+
+    def write_spec(self, spec: ClusterSpec) -> None:
+        records.write(self.spec_file, {"spec": spec.model_dump(mode="json")})
+
+    def origin(self) -> Origin | None:
+        return records.read_as(Origin, self.origin_file)
+
+    def write_origin(self, origin: Origin) -> None:
+        records.write_as(self.origin_file, origin)
+
+    def lifetime(self) -> Lifetime | None:
+        """The expiry `--ttl` set; None: no expiry."""
+        return records.read_as(Lifetime, self.lifetime_file)
+
+    def write_lifetime(self, lifetime: Lifetime | None) -> None:
+        if lifetime is None:
+            self.lifetime_file.unlink(missing_ok=True)
+        else:
+            records.write_as(self.lifetime_file, lifetime)
+
+    def configured(self) -> Configured | None:
+        return records.read_as(Configured, self.configured_file)
+
+    def write_configured(self, configured: Configured) -> None:
+        records.write_as(self.configured_file, configured)
 
     def cluster(self) -> Cluster | None:
         """The `cluster` output of the last apply, typed (None before the first)."""
-        data = self.read_record(self.cluster_file)
+        data = records.read(self.cluster_file)
         if data is None:
             return None
         try:
@@ -159,7 +177,7 @@ class ClusterState:
                               f"Terraform's state)") from None
 
     def write_cluster(self, cluster: Cluster) -> None:
-        self.write_record(self.cluster_file, cluster.to_output())
+        records.write(self.cluster_file, cluster.to_output())
 
     @property
     def cluster_id(self) -> str | None:
@@ -167,7 +185,8 @@ class ClusterState:
         None: this state dir has made nothing. On OpenStack it is in every server's
         metadata and every resource's tags, and whatever finds, expires or deletes the
         cluster's resources matches it: a same-named cluster of someone else is not ours."""
-        return (self.read_record(self.origin_file) or {}).get("cluster_id")
+        origin = self.origin()
+        return origin.cluster_id if origin else None
 
     # -- layout ------------------------------------------------------------
     def create(self) -> None:

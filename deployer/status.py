@@ -26,9 +26,9 @@ def origin_of(state: ClusterState) -> tuple[str, dict[str, str]] | None:
     before it makes anything. Should it be lost, the Terraform dir that holds resources
     still says which provider made them (whose environment is then the user's own
     OS_CLOUD), so `down` can destroy them. None when nothing of the cluster is recorded."""
-    origin = state.read_record(state.origin_file)
+    origin = state.origin()
     if origin:
-        return origin["provider"], origin.get("terraform_env") or {}
+        return origin.provider, origin.terraform_env
     for sub in sorted(state.terraform_dir.glob("*/terraform.tfstate")):
         if terraform.has_resources(sub.parent):
             return sub.parent.name, {}
@@ -97,7 +97,7 @@ def status(state: ClusterState) -> dict[str, Any] | None:
     else:
         master = cluster.master.name
         reach = _through_master(cluster, state, running, master in running and probes.get([master])[master])
-    states = drift.node_states(cluster, seen, state.read_record(state.configured_file), reach)
+    states = drift.node_states(cluster, seen, state.configured(), reach)
     return {
         "name": cluster.name,
         "id": state.cluster_id,  # what the cloud's metadata and tags carry (origin.json)
@@ -113,11 +113,11 @@ def status(state: ClusterState) -> dict[str, Any] | None:
 
 def lifetime_of(state: ClusterState) -> dict[str, Any] | None:
     """The expiry `--ttl` set, with the seconds left (negative once expired); None: no expiry."""
-    record = state.read_record(state.lifetime_file)
-    if not record:
+    record = state.lifetime()
+    if record is None:
         return None
-    return {"ttl": record["ttl"], "expires_at": record["expires_at"],
-            "seconds_left": round(lifetime.seconds_left(record, lifetime.now()))}
+    return {"ttl": record.ttl, "expires_at": record.expires_at,
+            "seconds_left": round(lifetime.seconds_left(record, lifetime.now()) or 0)}
 
 
 def show(info: dict[str, Any]) -> None:

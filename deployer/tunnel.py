@@ -27,7 +27,8 @@ def free_port() -> int:
     """A port on 127.0.0.1 the kernel says is free now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def port_is_free(port: int) -> bool:
@@ -90,7 +91,7 @@ def accepts(port: int) -> bool:
         return False
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.terminate()
         try:

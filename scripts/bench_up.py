@@ -31,10 +31,11 @@ def timed(args: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProces
 
 def first_up_timings(cwd: Path) -> dict:
     """The cold `up`'s own timings.json (deployer/pipeline/timings.py): stages, roles, one line."""
+    from deployer.pipeline import timings
     from deployer.pipeline.timings import summary
 
     run = sorted((cwd / ".deployer" / "benchup" / "runs").glob("*-up"))[0]
-    rec = json.loads((run / "timings.json").read_text())
+    rec = timings.read(run)
     nodes = int(json.loads((cwd / ".deployer" / "benchup" / "spec.json").read_text())["spec"]["nodes"])
     top = ", ".join(f"{k} {v:.0f} s" for k, v in list(rec["ansible_roles_s"].items())[:4])
     return {**rec, "summary": f"{summary('up', nodes, rec)}; slowest roles: {top}"}

@@ -168,9 +168,10 @@ def parse_json_line(stdout: str, what: str) -> dict[str, Any]:
         line = untag(line)[2].strip()
         if line.startswith("{"):
             try:
-                return json.loads(line)
+                record: dict[str, Any] = json.loads(line)
             except json.JSONDecodeError:
                 break
+            return record
     raise OperationFailed(f"{what} printed no JSON result line")
 
 
@@ -195,5 +196,5 @@ def pair_cmd(src_ip: str, dst_ip: str) -> str:
 def parse_iperf(stdout: str) -> float:
     """Gbit/s received, from iperf3 -J; with --bidir the slower of the two directions."""
     end = json.loads(stdout[stdout.index("{"):])["end"]
-    rates = [end[k]["bits_per_second"] for k in ("sum_received", "sum_received_bidir_reverse") if k in end]
+    rates: list[float] = [end[k]["bits_per_second"] for k in ("sum_received", "sum_received_bidir_reverse") if k in end]
     return min(rates) / 1e9

@@ -53,9 +53,10 @@ def on_cluster(runner: MasterRunner, cluster: Cluster, name: str) -> dict[str, A
     if rc != 0 or not out.strip():
         return None
     try:
-        return json.loads(out)
+        manifest: dict[str, Any] = json.loads(out)
     except ValueError:
         return None  # damaged: fetched again
+    return manifest
 
 
 def listing(runner: MasterRunner, cluster: Cluster) -> list[dict[str, Any]]:
@@ -152,6 +153,7 @@ def fetch(state: Any, cluster: Cluster, name: str, *, force: bool = False) -> di
         return _summary(m, dest, True)
     # a download on the master: the archive goes straight to the cluster
     a = ds.archive
+    assert a is not None  # only digits has none, and it returned above
     part = _remote(runner, f"stat -c %s {shlex.quote(dest + '/' + a.file)} 2>/dev/null || echo 0", "looking for a partial download")
     needed = datasets.space_needed(ds, partial=int(part.strip() or 0))
     datasets.check_space(needed, _free_bytes(runner, cluster), f"{cluster.shared_dir} on the master", ds.name)

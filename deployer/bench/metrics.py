@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.error import URLError
 
@@ -125,7 +125,7 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
     eff = Gauge(PREFIX + "efficiency", "Scaling efficiency E(N) = T_N / (N * T_1), 1 = linear", row_labels, registry=reg)
     ranks = Gauge(PREFIX + "ranks", "Ranks (processes) the benchmark ran at this node count", row_labels, registry=reg)
     for row in result.get("results") or []:
-        labels = (
+        labels: tuple[str, ...] = (
             _label(row.get("nodes")),
             _label(row.get("model") or run_model),
             _label(row.get("mode") or run_mode),
@@ -152,18 +152,20 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
             if value is not None:
                 gauge.labels(*labels).set(value)
 
-    link = result.get("link")
-    if link and _number(link.get("gbit_s")) is not None:
+    link = result.get("link") or {}
+    link_rate = _number(link.get("gbit_s"))
+    if link_rate is not None:
         Gauge(PREFIX + "link_gbit_s", "Point-to-point link rate between two nodes, Gbit/s", ("tool",), registry=reg).labels(
             _label(link.get("tool") or "iperf3")
-        ).set(_number(link["gbit_s"]))
+        ).set(link_rate)
 
     net = result.get("network") or {}
     if net.get("pairs"):
         pair = Gauge(PREFIX + "pair_gbit_s", "iperf3 rate from one node to another, Gbit/s", ("src", "dst"), registry=reg)
         for p in net["pairs"]:
-            if _number(p.get("gbit_s")) is not None:
-                pair.labels(_label(p["src"]), _label(p["dst"])).set(_number(p["gbit_s"]))
+            rate = _number(p.get("gbit_s"))
+            if rate is not None:
+                pair.labels(_label(p["src"]), _label(p["dst"])).set(rate)
 
     training = result.get("training") or {}
     if training.get("runs"):
@@ -189,8 +191,9 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
             storage = run.get("storage") or {}
             for source, value in (("loader", run.get("read_mb_per_s")), ("nfs_clients", storage.get("nfs_clients_mb_per_s")),
                                   ("master_disk", storage.get("master_disk_mb_per_s"))):
-                if _number(value) is not None:
-                    reads.labels(*labels, source).set(_number(value))
+                rate = _number(value)
+                if rate is not None:
+                    reads.labels(*labels, source).set(rate)
 
     stamp = _number(result.get("timestamp"))
     if stamp is None:
@@ -211,7 +214,7 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
     return reg
 
 
-def push_bench_results(gateway_url: str, result: dict, *, login: Login | None = None, timeout: float = 10.0) -> None:
+def push_bench_results(gateway_url: str, result: dict[str, Any], *, login: Login | None = None, timeout: float = 10.0) -> None:
     """Push one run's results to the Pushgateway at `gateway_url` ("http://10.77.0.10:9091"),
     with `login` (basic auth) when given.
 
@@ -222,7 +225,8 @@ def push_bench_results(gateway_url: str, result: dict, *, login: Login | None = 
     reg = bench_registry(result)
     handler = default_handler
     if login is not None:
-        def handler(url, method, timeout, headers, data):  # noqa: ANN001 (prometheus_client's handler signature)
+        def handler(url: str, method: str, timeout: float | None, headers: list[tuple[str, str]],
+                    data: bytes) -> Callable[[], None]:  # prometheus_client's handler signature
             return basic_auth_handler(url, method, timeout, headers, data, login.user, login.password)
     try:
         push_to_gateway(

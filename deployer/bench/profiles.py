@@ -12,6 +12,7 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
+    from .training import TrainOptions
 
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
@@ -141,7 +142,7 @@ def threads_per_rank(cluster: Cluster, counts: tuple[int, ...]) -> int | None:
     return max(1, int(shared) // ranks)
 
 
-def cpu_sharing(cluster: Cluster, opts: "BenchOptions") -> dict[str, Any] | None:
+def cpu_sharing(cluster: Cluster, opts: BenchOptions | TrainOptions) -> dict[str, Any] | None:
     """For the report: nodes share cores, so E(N) cannot pass cores / (ranks x threads)."""
     shared = cluster.shared_cpus
     if not shared or not opts.threads:
@@ -191,6 +192,9 @@ def make_options(cluster: Cluster, *, nodes: str | None = None, profile: str | N
 
 class Launch(Protocol):
     """What a sweep's options say about launching runs (BenchOptions, training.TrainOptions)."""
-    via: str
-    run_timeout_s: int
-    queue_timeout_s: int
+    @property
+    def via(self) -> str: ...
+    @property
+    def run_timeout_s(self) -> int: ...
+    @property
+    def queue_timeout_s(self) -> int: ...

@@ -22,14 +22,17 @@ import csv
 import json
 import re
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from .schema import SCHEMA, validate
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 
 def efficiency(t_n: float, n: int, t_1: float) -> float:
@@ -63,7 +66,8 @@ REFERENCE_FILE = Path(__file__).parents[1] / "data" / "nvidia_resnet50_reference
 
 @cache
 def _references() -> dict[str, Any]:
-    return json.loads(REFERENCE_FILE.read_text())
+    data: dict[str, Any] = json.loads(REFERENCE_FILE.read_text())
+    return data
 
 
 def nvidia_reference(model: str | None, gpu: str | None) -> dict[str, Any] | None:
@@ -169,7 +173,7 @@ def loading_cost(img_per_sec: float | None, compute_img_per_sec: float | None) -
     return 1 - img_per_sec / compute_img_per_sec
 
 
-def _median_of(history: list[Mapping[str, Any]], key: str) -> float | None:
+def _median_of(history: Sequence[Mapping[str, Any]], key: str) -> float | None:
     values = [e[key] for e in history if e.get(key) is not None]
     return statistics.median(values) if values else None
 
@@ -233,7 +237,8 @@ def reference_share(row: Mapping[str, Any], reference: Mapping[str, Any] | None)
     """A row's img/s per GPU as a share of NVIDIA's published figure (ranks are GPUs on GPU runs)."""
     if not reference or not reference.get("img_per_sec_per_gpu"):
         return None
-    return row["img_per_sec_per_rank"] / reference["img_per_sec_per_gpu"]
+    share: float = row["img_per_sec_per_rank"] / reference["img_per_sec_per_gpu"]
+    return share
 
 
 def reference_line(report: Mapping[str, Any]) -> str | None:
@@ -248,8 +253,10 @@ def reference_line(report: Mapping[str, Any]) -> str | None:
         found = nvidia_reference(row.get("model"), (versions.get("benchmark") or {}).get("gpu"))
         why = found and not_comparable(found, row, versions.get("flags") or {})
         return f"img/s per GPU: {row['img_per_sec_per_rank']:.1f} (no comparable NVIDIA figure: {why})" if why else None
+    share = reference_share(row, ref)
+    assert share is not None  # a reference's img_per_sec_per_gpu is > 0 (schema.py)
     return (f"img/s per GPU: {row['img_per_sec_per_rank']:.1f} (NVIDIA published: {ref['img_per_sec_per_gpu']:g} "
-            f"for {ref['gpu']}, {ref['precision']} at {ref.get('image_size', 224)} px; {reference_share(row, ref) * 100:.0f} %)")
+            f"for {ref['gpu']}, {ref['precision']} at {ref.get('image_size', 224)} px; {share * 100:.0f} %)")
 
 
 def reference_source(ref: Mapping[str, Any]) -> str:
@@ -310,7 +317,7 @@ def write_files(report: dict[str, Any], outdir: Path) -> dict[str, Any]:
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     given = report.get("files") or {}
-    files = {"json": str(outdir / "results.json"), "csv": str(outdir / "results.csv"), "plots": [],
+    files: dict[str, Any] = {"json": str(outdir / "results.json"), "csv": str(outdir / "results.csv"), "plots": [],
              "timeline": given.get("timeline"), "nccl_logs": given.get("nccl_logs"),
              "job_scripts": given.get("job_scripts") or []}
     report["files"] = files
@@ -547,7 +554,7 @@ def training_table(report: dict[str, Any]) -> Table:
 def data_loading_table(report: dict[str, Any]) -> Table:
     """bench --data: what reading the dataset costs per N, and the shared storage's reads."""
     runs = report["training"]["runs"]
-    notes = sorted({(r.get("storage") or {}).get("note") for r in runs} - {None})
+    notes = sorted({r["storage"]["note"] for r in runs if (r.get("storage") or {}).get("note") is not None})
     t = Table(title=f"data loading — {report['training']['dataset']} — {report['run_id']}",
               caption="\n".join(["img/s: the median epoch, reading the dataset; in memory: the same step on one batch "
                                  "held in memory; cost: 1 - img/s / in memory (below 0: noise); waited: of the training "
@@ -569,7 +576,8 @@ def network_table(report: dict[str, Any]) -> Table:
     """Pairwise iperf3 rates, slowest first."""
     net = report["network"]
     t = Table(title=f"node to node (iperf3; median {_num(net['median_gbit_s'], '.2f')} Gbit/s)")
-    for col, justify in (("sender", "left"), ("receiver", "left"), ("Gbit/s", "right"), ("of median", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("sender", "left"), ("receiver", "left"), ("Gbit/s", "right"), ("of median", "right"))
+    for col, justify in columns:
         t.add_column(col, justify=justify)
     med = net.get("median_gbit_s")
     for p in sorted(net["pairs"], key=lambda p: (p["gbit_s"] is not None, p["gbit_s"] or 0)):

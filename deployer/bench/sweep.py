@@ -274,7 +274,8 @@ def run_on_cluster(state: Any, cluster: Cluster, opts: Launch, sweep: Sweep | No
     with state.lock("bench"):
         run_id = time.strftime("%Y%m%d-%H%M%S")
         try:
-            return (sweep or run_bench)(runner, cluster, opts, run_id, state.bench_dir / run_id)
+            run: Sweep = sweep or run_bench
+            return run(runner, cluster, opts, run_id, state.bench_dir / run_id)
         except KeyboardInterrupt:
             if opts.via == "slurm":
                 ui.warn(f"interrupted: cancelling this bench's Slurm jobs (scancel --name={job_name(run_id)})")

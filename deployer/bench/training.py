@@ -158,6 +158,7 @@ def run_train(runner: bench.Runner, cluster: Cluster, opts: TrainOptions, run_id
     manifest = parse_manifest(out, opts.dataset)
     if opts.target_acc is None:  # an imported dataset: its manifest's target, else resnet_train.py's own default
         opts = dataclasses.replace(opts, target_acc=float((manifest.get("training") or {}).get("target_acc") or 0.9))
+    assert opts.target_acc is not None  # the catalog's or the manifest's (just above)
     session = bench.Session(runner, cluster, opts, run_id, outdir)
     with session.script.open("a") as f:
         f.write(manifest_cmd(cluster, opts.dataset) + "\n")

@@ -160,6 +160,7 @@ def write_user_data(spec: "ClusterSpec", state: "ClusterState") -> Path:
     names = spec.node_names()
     keys = ensure_host_keys(state, names)
     authorized = state.ssh_public_key.read_text()
+    assert spec.ssh_user is not None  # ClusterSpec's validator fills it in
     texts = {}
     for name in names:
         texts[name] = render_user_data(hostname=name, user=spec.ssh_user, authorized_key=authorized, key=keys[name])

@@ -13,9 +13,10 @@ or its machine was replaced; every node is, when the fingerprint changed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..providers.base import Observation
+from ..records import Configured
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -45,7 +46,7 @@ class ConfigurePlan:
         return ", ".join(f"{n} ({r})" for n, r in self.why.items())
 
 
-def configure_plan(cluster: Cluster, record: dict[str, Any] | None, fingerprint: str, *, reconfigure: bool = False) -> ConfigurePlan:
+def configure_plan(cluster: Cluster, record: Configured | None, fingerprint: str, *, reconfigure: bool = False) -> ConfigurePlan:
     names = [n.name for n in cluster.nodes]
 
     def everyone(key: str) -> ConfigurePlan:
@@ -55,11 +56,9 @@ def configure_plan(cluster: Cluster, record: dict[str, Any] | None, fingerprint:
         return everyone("reconfigure")
     if not record:
         return everyone("first")
-    if record.get("fingerprint") != fingerprint:
+    if record.fingerprint != fingerprint:
         return everyone("fingerprint")
-    done = record.get("nodes")
-    if done is None:  # a record this version did not write: configure everything
-        return everyone("fingerprint")
+    done = record.nodes
     why = {}
     for node in cluster.nodes:
         if node.name not in done:
@@ -73,15 +72,15 @@ def configure_plan(cluster: Cluster, record: dict[str, Any] | None, fingerprint:
     return ConfigurePlan(why, every_node=False)
 
 
-def configured_record(fingerprint: str, cluster: Cluster, only: list[str] | None = None, run: str | None = None) -> dict[str, Any]:
+def configured_record(fingerprint: str, cluster: Cluster, only: list[str] | None = None, run: str | None = None) -> Configured:
     """The record after configuring `only` (every node when None) of `cluster`."""
     nodes = {n.name: n.id for n in cluster.nodes if only is None or n.name in only}
-    return {"fingerprint": fingerprint, "nodes": nodes, "run": run}
+    return Configured(fingerprint=fingerprint, nodes=nodes, run=run)
 
 
-def node_states(cluster: Cluster, seen: Observation, record: dict[str, Any] | None, reachable: dict[str, bool]) -> dict[str, str]:
+def node_states(cluster: Cluster, seen: Observation, record: Configured | None, reachable: dict[str, bool]) -> dict[str, str]:
     """What `status` says of each node: ok · stopped · missing · replaced (needs configure) · unreachable."""
-    done = (record or {}).get("nodes") or {}
+    done = record.nodes if record else {}
     states = {}
     for node in cluster.nodes:
         name = node.name
@@ -92,7 +91,7 @@ def node_states(cluster: Cluster, seen: Observation, record: dict[str, Any] | No
             states[name] = "stopped"
         elif record and name in done and done[name] != node.id:
             states[name] = "replaced (needs configure)"
-        elif record and record.get("nodes") is not None and name not in done:
+        elif record and name not in done:
             states[name] = "new (needs configure)"
         elif not reachable.get(name):
             states[name] = "unreachable"

@@ -59,16 +59,16 @@ class InFlight:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._procs: set[subprocess.Popen] = set()
+        self._procs: set[subprocess.Popen[str]] = set()
         self._stopped = False
 
-    def add(self, p: subprocess.Popen) -> None:
+    def add(self, p: subprocess.Popen[str]) -> None:
         with self._lock:
             self._procs.add(p)
             if self._stopped:
                 p.kill()
 
-    def discard(self, p: subprocess.Popen) -> None:
+    def discard(self, p: subprocess.Popen[str]) -> None:
         with self._lock:
             self._procs.discard(p)
 

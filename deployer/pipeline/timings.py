@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .. import records
 from ..ui import human_bytes
 
 # Events that open a span of wall time in the log; the next one closes it.
@@ -69,8 +70,16 @@ class Stages:
 
     def write(self, run_dir: Path) -> dict[str, Any]:
         rec = self.record()
-        (run_dir / "timings.json").write_text(json.dumps(rec, indent=1) + "\n")
+        records.write(run_dir / TIMINGS_FILE, rec)
         return rec
+
+
+TIMINGS_FILE = "timings.json"
+
+
+def read(run_dir: Path) -> dict[str, Any] | None:
+    """The timings a run wrote (Stages.record's shape); None when it wrote none."""
+    return records.read(run_dir / TIMINGS_FILE)
 
 
 def ansible_roles(events_log: Path) -> dict[str, float]:

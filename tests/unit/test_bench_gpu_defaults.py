@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from dataclasses import asdict
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -66,9 +67,8 @@ def test_one_gpu_node_is_a_gpu_cluster():
 def test_the_cli_passes_the_flag_pairs_through(monkeypatch):
     seen = {}
     gpu = cluster(2, gpus=1)
-    monkeypatch.setattr(cli, "_state", lambda name, state_dir, config=None: object())
+    monkeypatch.setattr(cli, "_state", lambda name, state_dir, config=None: SimpleNamespace(spec=lambda: None))
     monkeypatch.setattr(cli, "_up_cluster", lambda st: gpu)
-    monkeypatch.setattr(cli, "_spec_of", lambda st: None)
     monkeypatch.setattr(bench, "push_results", lambda *a: True)
 
     def run_on_cluster(st, cl, opts):

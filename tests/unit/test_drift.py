@@ -2,6 +2,7 @@
 
 from deployer.pipeline import drift
 from deployer.providers.base import Machine, Observation
+from deployer.records import Configured
 
 from ..clusters import typed
 
@@ -19,7 +20,7 @@ NAMES = ["demo-master", "demo-worker-1", "demo-worker-2"]
 def record(**ids):
     nodes = {"demo-master": "m1", "demo-worker-1": "w1", "demo-worker-2": "w2"}
     nodes.update({k.replace("_", "-"): v for k, v in ids.items()})
-    return {"fingerprint": "F", "nodes": {k: v for k, v in nodes.items() if v is not None}}
+    return Configured(fingerprint="F", nodes={k: v for k, v in nodes.items() if v is not None})
 
 
 def test_nothing_changed_configures_nothing():
@@ -54,7 +55,7 @@ def test_every_node_when_the_fingerprint_changed_or_on_request_or_first_time():
 
 def test_record_round_trip():
     full = drift.configured_record("F", CLUSTER, run="r1")
-    assert full == {"fingerprint": "F", "nodes": {"demo-master": "m1", "demo-worker-1": "w1", "demo-worker-2": "w2"}, "run": "r1"}
+    assert full == Configured(fingerprint="F", nodes={"demo-master": "m1", "demo-worker-1": "w1", "demo-worker-2": "w2"}, run="r1")
     assert drift.configure_plan(CLUSTER, full, "F").why == {}
     # Written before a run that configures worker-2: a failed run leaves it to configure.
     partial = drift.configured_record("F", CLUSTER, ["demo-master", "demo-worker-1"])

@@ -9,7 +9,8 @@ import pytest
 
 from deployer import gc, ledger, lifetime
 from deployer.errors import UsageError
-from deployer.spec import build_spec
+from deployer.records import Lifetime, Origin
+from deployer.spec import ClusterSpec, build_spec
 from deployer.state import ClusterState
 
 from ..clusters import typed
@@ -43,11 +44,11 @@ def test_none_means_no_expiry_and_the_maximum_is_the_operators(monkeypatch):
 
 def test_expiry_is_set_on_creation_kept_by_a_plain_rerun_and_reset_by_ttl():
     first = lifetime.next_record("8h", None, ttl_given=False, at=T0)
-    assert first == {"ttl": "8h", "set_at": "2026-11-23T12:00:00Z", "expires_at": "2026-11-23T20:00:00Z"}
+    assert first == Lifetime(ttl="8h", set_at="2026-11-23T12:00:00Z", expires_at="2026-11-23T20:00:00Z")
     later = lifetime.parse_iso("2026-11-23T15:00:00Z")
     assert lifetime.next_record("8h", first, ttl_given=False, at=later) is first  # plain re-run
-    assert lifetime.next_record("8h", first, ttl_given=True, at=later)["expires_at"] == "2026-11-23T23:00:00Z"  # --ttl 8h again
-    assert lifetime.next_record("1h", first, ttl_given=False, at=later)["expires_at"] == "2026-11-23T16:00:00Z"  # spec changed
+    assert lifetime.next_record("8h", first, ttl_given=True, at=later).expires_at == "2026-11-23T23:00:00Z"  # --ttl 8h again
+    assert lifetime.next_record("1h", first, ttl_given=False, at=later).expires_at == "2026-11-23T16:00:00Z"  # spec changed
     assert lifetime.next_record(None, first, ttl_given=True, at=later) is None  # --ttl none
 
 
@@ -94,9 +95,9 @@ def test_a_torn_ledger_line_is_skipped(tmp_path):
 def test_gc_lists_state_dirs_whose_expiry_is_past(tmp_path):
     for name, expires in (("old", "2026-11-23T11:00:00Z"), ("fresh", "2026-11-23T13:00:00Z")):
         st = ClusterState(tmp_path, name)
-        st.write_record(st.lifetime_file, {"ttl": "1h", "set_at": "x", "expires_at": expires})
-        st.write_record(st.origin_file, {"provider": "local", "terraform_env": {}})
-    ClusterState(tmp_path, "forever").write_record(ClusterState(tmp_path, "forever").spec_file, {"spec": {}})
+        st.write_lifetime(Lifetime(**{"ttl": "1h", "set_at": "x", "expires_at": expires}))
+        st.write_origin(Origin(**{"provider": "local", "terraform_env": {}, "cluster_id": "aaaaaaaaaaaa"}))
+    ClusterState(tmp_path, "forever").write_spec(ClusterSpec(name="forever"))
     (tmp_path / "ledger.jsonl").write_text("")  # a file in the state root is no cluster
     found = gc.from_state(tmp_path, T0)
     assert [(e.name, e.provider, e.in_state) for e in found] == [("old", "local", True)]
@@ -106,12 +107,12 @@ def test_gc_lists_state_dirs_whose_expiry_is_past(tmp_path):
 def test_gc_reads_the_expiry_again_under_the_lock_before_destroying(tmp_path, monkeypatch):
     # gc lists, then destroys; an `up --ttl 8h` in between extended the cluster: kept.
     st = ClusterState(tmp_path, "lab")
-    st.write_record(st.origin_file, {"provider": "local", "terraform_env": {}})
-    st.write_record(st.lifetime_file, {"ttl": "1h", "set_at": "x", "expires_at": "2026-11-23T11:00:00Z"})
+    st.write_origin(Origin(**{"provider": "local", "terraform_env": {}, "cluster_id": "aaaaaaaaaaaa"}))
+    st.write_lifetime(Lifetime(**{"ttl": "1h", "set_at": "x", "expires_at": "2026-11-23T11:00:00Z"}))
     listed = gc.find(tmp_path, None, T0)  # the read gc acts on
     assert [e.name for e in listed] == ["lab"]
     extended = lifetime.next_record("8h", None, ttl_given=True, at=lifetime.now())
-    st.write_record(st.lifetime_file, extended)
+    st.write_lifetime(extended)
     monkeypatch.setattr(gc, "find", lambda root, cloud, at: listed)
     results = gc.collect_and_act(tmp_path, cloud=None, destroy=True, dry_run=False)
     assert [r["action"] for r in results] == ["kept: extended"]
@@ -122,7 +123,7 @@ def test_down_for_gc_refuses_a_cluster_with_no_expiry_any_more(tmp_path):
     from deployer import lifecycle
 
     st = ClusterState(tmp_path, "lab")
-    st.write_record(st.origin_file, {"provider": "local", "terraform_env": {}})
+    st.write_origin(Origin(**{"provider": "local", "terraform_env": {}, "cluster_id": "aaaaaaaaaaaa"}))
     with pytest.raises(lifecycle.NoLongerExpired, match="no expiry any more"):
         lifecycle.down(st, only_if_expired=True)
     assert st.origin_file.exists()

@@ -9,6 +9,7 @@ import pytest
 from deployer.errors import PreflightError
 from deployer.providers.local import network, node
 from deployer.providers.local import provider as local
+from deployer.records import Origin
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 
@@ -42,7 +43,7 @@ def test_a_name_another_state_dir_holds_is_refused_naming_it(healthy, tmp_path):
     check(first, name="lab", nodes=2)
     owner = ClusterState(first, "lab")
     owner.create()
-    owner.write_record(owner.origin_file, {"provider": "local", "terraform_env": {}})  # the first made its cluster
+    owner.write_origin(Origin(**{"provider": "local", "terraform_env": {}, "cluster_id": "aaaaaaaaaaaa"}))  # the first made its cluster
     with pytest.raises(PreflightError, match=f"'lab' is in use on this machine by the state dir {first.resolve() / 'lab'}"):
         check(second, name="lab", nodes=2)
     assert not (second / "lab").exists()
@@ -60,14 +61,15 @@ def test_containers_this_state_dir_did_not_make_are_refused(healthy, monkeypatch
         check(tmp_path, name="lab", nodes=2)
 
 
-@pytest.mark.parametrize(("recorded", "refused"), [("bbbbbbbbbbbb", True), ("aaaaaaaaaaaa", False), (None, False)],
+@pytest.mark.parametrize(("recorded", "refused"), [("bbbbbbbbbbbb", True), ("aaaaaaaaaaaa", False), (None, True)],
                          ids=["another-id", "own-id", "none-recorded"])
 def test_a_container_made_by_another_cluster_id_is_refused(healthy, monkeypatch, tmp_path, recorded, refused):
     """A state dir that made its cluster (id aaaa...) finds a container of its node's name
-    that another cluster made (the driver records the maker's id beside each container)."""
+    that another cluster made (the driver records the maker's id beside each container);
+    one with no id was not made by this deployer: not ours either."""
     st = ClusterState(tmp_path, "lab")
     st.create()
-    st.write_record(st.origin_file, {"provider": "local", "terraform_env": {}, "cluster_id": "aaaaaaaaaaaa"})
+    st.write_origin(Origin(**{"provider": "local", "terraform_env": {}, "cluster_id": "aaaaaaaaaaaa"}))
     monkeypatch.setattr(node, "containers", lambda name: {f"{name}-master": "running"})
     monkeypatch.setattr(node, "cluster_id_of", lambda name: recorded)
     if refused:
@@ -77,20 +79,6 @@ def test_a_container_made_by_another_cluster_id_is_refused(healthy, monkeypatch,
         check(tmp_path, name="lab", nodes=2)
     seen = local.LocalProvider().observe(st, {}, ["lab-master"])
     assert seen.nodes["lab-master"].state == ("missing" if refused else "running"), "another's container is not this cluster's"
-
-
-def test_a_cluster_made_before_ids_keeps_its_containers(healthy, monkeypatch, tmp_path):
-    """A state dir from before ids (origin.json without one): its containers carry no id
-    and stay its own; one carrying an id is another cluster's."""
-    st = ClusterState(tmp_path, "lab")
-    st.create()
-    st.write_record(st.origin_file, {"provider": "local", "terraform_env": {}})
-    monkeypatch.setattr(node, "containers", lambda name: {f"{name}-master": "running"})
-    monkeypatch.setattr(node, "cluster_id_of", lambda name: None)
-    check(tmp_path, name="lab", nodes=2)
-    monkeypatch.setattr(node, "cluster_id_of", lambda name: "bbbbbbbbbbbb")
-    with pytest.raises(PreflightError, match="node lab-master of another cluster"):
-        check(tmp_path, name="lab", nodes=2)
 
 
 def test_not_root(healthy, monkeypatch, tmp_path):
@@ -129,7 +117,7 @@ def test_a_second_cluster_of_default_spec_gets_the_next_free_subnet_and_keeps_it
     # Recorded with the cluster; a later `up` keeps it, even once a lower one is free again.
     st = ClusterState(tmp_path, "third")
     st.create()
-    st.write_record(st.spec_file, {"spec": spec.model_dump(mode="json")})
+    st.write_spec(spec)
     routes[:] = [(ipaddress.IPv4Network("10.77.2.0/24"), "dpl-third")]
     assert str(check(tmp_path, name="third", nodes=1).local.subnet) == "10.77.2.0/24"
 

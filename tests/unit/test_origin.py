@@ -3,6 +3,7 @@
 import json
 
 from deployer import status
+from deployer.records import Origin
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 
@@ -10,8 +11,8 @@ from deployer.state import ClusterState
 def test_origin_record_first(tmp_path):
     st = ClusterState(tmp_path, "demo")
     assert status.origin_of(st) is None  # nothing recorded: nothing to destroy
-    st.write_record(st.origin_file, {"provider": "openstack", "terraform_env": {"OS_CLOUD": "lab"}})
-    st.write_record(st.spec_file, {"spec": ClusterSpec(nodes=2).model_dump(mode="json")})
+    st.write_origin(Origin(**{"provider": "openstack", "terraform_env": {"OS_CLOUD": "lab"}, "cluster_id": "aaaaaaaaaaaa"}))
+    st.write_spec(ClusterSpec(nodes=2))
     assert status.origin_of(st) == ("openstack", {"OS_CLOUD": "lab"})
 
 

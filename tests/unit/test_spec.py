@@ -152,7 +152,7 @@ def test_a_bare_rerun_starts_from_the_recorded_spec(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     made = build_spec(None, name="lab", nodes="5")
     st = ClusterState(tmp_path / ".deployer", "lab")
-    st.write_record(st.spec_file, {"spec": made.model_dump(mode="json")})
+    st.write_spec(made)
     recorded = cli._recorded_spec(None, tmp_path / ".deployer", None)
     assert build_spec(None, recorded) == made
     assert build_spec(None, recorded, nodes="6").nodes == 6  # flags still win

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from deployer import records
 from deployer.errors import RecordError
 from deployer.state import ClusterState
 
@@ -44,11 +45,11 @@ def test_records_round_trip_atomically(tmp_path):
 
 def test_a_cluster_record_the_reader_cannot_type_is_one_error_naming_the_file(tmp_path):
     st = ClusterState(tmp_path, "demo")
-    st.write_record(st.cluster_file, {"name": "demo", "provider": "local", "ssh_user": "u", "shared_dir": "/shared",
+    records.write(st.cluster_file, {"name": "demo", "provider": "local", "ssh_user": "u", "shared_dir": "/shared",
                                       "nodes": [{"name": "demo-worker-1", "role": "worker", "private_ip": "10.0.0.1"}]})
     with pytest.raises(RecordError, match="cluster.json: the first node, and only it, must be the master"):
         st.cluster()
-    st.write_record(st.cluster_file, {"name": "demo", "nodes": [{"name": "demo-master", "role": "master", "private_ip": "10.0.0.1"}]})
+    records.write(st.cluster_file, {"name": "demo", "nodes": [{"name": "demo-master", "role": "master", "private_ip": "10.0.0.1"}]})
     with pytest.raises(RecordError, match="cluster.json: the cluster output has no 'provider'"):
         st.cluster()
 

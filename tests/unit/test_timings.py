@@ -43,7 +43,7 @@ def test_summary_line_and_record(tmp_path):
     t.roles = {"training_runtime": 41.2, "mpi": 3.0}
     t.seconds.update(ansible=80.4)
     rec = t.write(tmp_path)
-    assert json.loads((tmp_path / "timings.json").read_text()) == rec
+    assert timings.read(tmp_path) == rec
     line = timings.summary("up", 8, rec)
     assert line.startswith("up 8 nodes in ") and "preflight 0 s · ansible 80 s (training_runtime 41 s)" in line
     assert timings.summary("up", 1, {"total_s": 3, "stages_s": {}, "ansible_roles_s": {}}).startswith("up 1 node in 3 s")
@@ -54,7 +54,7 @@ def test_a_failing_stage_still_leaves_its_timings(tmp_path):
     t.run_dir = tmp_path
     with pytest.raises(RuntimeError), t.stage("apply"):
         raise RuntimeError("terraform failed")
-    rec = json.loads((tmp_path / "timings.json").read_text())
+    rec = timings.read(tmp_path)
     assert rec["failed_stage"] == "apply" and "apply" in rec["stages_s"]
 
 
@@ -78,7 +78,7 @@ def test_summary_says_what_the_master_and_the_workers_pulled(tmp_path):
     t.seconds = {"ansible": 80.0}
     t.pulled = timings.bytes_from_outside(STATS)
     rec = t.write(tmp_path)
-    assert json.loads((tmp_path / "timings.json").read_text())["bytes_from_outside"]["c-worker-3"] is None
+    assert timings.read(tmp_path)["bytes_from_outside"]["c-worker-3"] is None
     line = timings.summary("up", 4, rec)
     assert line.endswith("ansible 80 s · pulled from outside: master 812.3 MB, workers ≤ 2.1 MB"), line
     one = {"total_s": 1, "stages_s": {}, "bytes_from_outside": {"c-master": 5}}

@@ -12,11 +12,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ...nodes import node_name_pattern
+from ..base import MachineState
 from .host import LXC_PATH, DriverError, file_lock, log, sh
 from .image import base_rootfs, carry_ca, ensure_base_image, host_carry, image_lock
 
 
-def containers(cluster: str) -> dict[str, str]:
+def containers(cluster: str) -> dict[str, MachineState]:
     """The cluster's containers on this host: name -> "running" | "stopped". Two plain
     `lxc-ls` (5 ms each) rather than one --fancy (20 ms): `status` waits for this. A
     failing `lxc-ls` raises (DriverError): an empty answer would read as "no containers"."""
@@ -25,7 +26,7 @@ def containers(cluster: str) -> dict[str, str]:
     return parse_containers(every, running, cluster)
 
 
-def parse_containers(every: str, running: str, cluster: str) -> dict[str, str]:
+def parse_containers(every: str, running: str, cluster: str) -> dict[str, MachineState]:
     """`lxc-ls -1` and `lxc-ls -1 --running` -> the cluster's nodes and their state."""
     own = re.compile(node_name_pattern(cluster))
     up = set(running.split())

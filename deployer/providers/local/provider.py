@@ -157,8 +157,8 @@ class LocalProvider:
         def collision(subnet: ipaddress.IPv4Network) -> tuple[ipaddress.IPv4Network, str] | None:
             return next(((net, dev) for net, dev in routes if net.overlaps(subnet)), None)
 
-        recorded = state.read_record(state.spec_file)
-        made_with = ((recorded or {}).get("spec", {}).get("local") or {}).get("subnet")
+        recorded = state.spec()
+        made_with = recorded.local.subnet if recorded else None
         if "subnet" not in spec.local.model_fields_set and made_with:
             spec.local.subnet = made_with
         if "subnet" in spec.local.model_fields_set:
@@ -168,16 +168,17 @@ class LocalProvider:
                                      "pick another, e.g. local.subnet: 10.78.0.0/24")
             return
         default = spec.local.subnet
+        taken = collision(default)
+        if taken is None:
+            return
+        net, dev = taken
         for candidate in default.supernet(new_prefix=16).subnets(new_prefix=24):
-            if candidate >= default and collision(candidate) is None:
-                if candidate != default:
-                    from ... import ui
+            if candidate > default and collision(candidate) is None:
+                from ... import ui
 
-                    net, dev = collision(default)
-                    ui.info(f"local.subnet: {default} is taken on this machine ({net} on {dev}); using {candidate}")
+                ui.info(f"local.subnet: {default} is taken on this machine ({net} on {dev}); using {candidate}")
                 spec.local.subnet = candidate
                 return
-        net, dev = collision(default)
         raise PreflightError(f"local.subnet: no /24 from {default} up in {default.supernet(new_prefix=16)} is free of this "
                              f"machine's routes ({net} on {dev}): set local.subnet, e.g. local.subnet: 10.78.0.0/24")
 
@@ -189,11 +190,8 @@ class LocalProvider:
         owns no container, bridge or table."""
         from . import node
 
-        made = state.read_record(state.origin_file) is not None
-        # A container with no recorded id was made before ids: its maker's if this state dir
-        # made a cluster (its containers have none), another's if it has made nothing.
-        theirs = {state.cluster_id, None} if made else set()
-        found = [f"node {n}" for n in node.containers(state.name) if node.cluster_id_of(n) not in theirs]
+        made = state.cluster_id is not None
+        found = [f"node {n}" for n in node.containers(state.name) if not made or node.cluster_id_of(n) != state.cluster_id]
         if not made:
             found += self.observe(state, {}, []).other  # the bridge and the table
         if found:
@@ -226,7 +224,7 @@ class LocalProvider:
         with ThreadPoolExecutor(max_workers=1) as pool:
             has_table = pool.submit(network.nft_table_exists, state.name)  # beside lxc-ls: two commands, one wait
             # Containers another cluster of this name made (another id) are not this one's.
-            found = {n: st for n, st in node.containers(state.name).items() if node.cluster_id_of(n) in (None, state.cluster_id)}
+            found = {n: st for n, st in node.containers(state.name).items() if node.cluster_id_of(n) == state.cluster_id}
             seen = {n: Machine(found[n], node.instance_id(n)) if n in found else Machine("missing") for n in nodes}
             other = []
             if Path("/sys/class/net", bridge_name(state.name)).exists():

@@ -13,6 +13,7 @@ that `down` uses must find nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +25,7 @@ from .teardown import cluster_servers, expiry
 SERVER_DELETE_TIMEOUT_S = 600
 
 
-def delete_cluster(env: dict[str, str], cluster: str, cluster_id: str, *, say=print,
+def delete_cluster(env: dict[str, str], cluster: str, cluster_id: str, *, say: Callable[[str], None] = print,
                    expired_at: datetime | None = None) -> list[str]:
     """Delete everything of the cluster `cluster_id` (named `cluster`); returns what was
     deleted. OperationFailed when no server carries the id, or when something is left.

@@ -23,10 +23,9 @@ from ..base import Machine, Observation
 from .session import cloud_errors, connect, quiet_sdk_logs
 from .teardown import CLUSTER_ID_KEY, CLUSTER_KEY
 
-# A state dir made before cluster ids (origin.json without one): its resources carry the
-# name only. They are matched the old way, by the name, among the resources that carry
-# no id, until its next `up` writes the id into their metadata and tags.
-LEGACY = "legacy"
+# What a server or network named as a deployer cluster's carries for an id when it carries
+# none (made by hand, or by a tool that copied the metadata): no state dir's, so never ours.
+NO_ID = "unknown"
 
 # Nova statuses of a server that exists but does not run; ERROR and the rest count as
 # running-but-broken and are left to the boot wait, which names the node.
@@ -49,8 +48,8 @@ def named_servers(conn: Any, cluster: str) -> list[Any]:
 
 
 def server_id_of(server: Any) -> str:
-    """The cluster id a deployer server carries (LEGACY: one made before ids)."""
-    return (server.metadata or {}).get(CLUSTER_ID_KEY) or LEGACY
+    """The cluster id a deployer server carries (NO_ID: none)."""
+    return (server.metadata or {}).get(CLUSTER_ID_KEY) or NO_ID
 
 
 def carrying(servers: list[Any], cluster_id: str | None) -> list[Any]:
@@ -77,7 +76,7 @@ def others_of_the_name(conn: Any, cluster: str, cluster_id: str | None, named: l
     for s in named:
         note(server_id_of(s), f"server {s.name}")
     for n in conn.network.networks(tags=name_tag(cluster)):
-        note(next((t.removeprefix(ID_TAG) for t in n.tags or [] if t.startswith(ID_TAG)), LEGACY), f"network {n.name}")
+        note(next((t.removeprefix(ID_TAG) for t in n.tags or [] if t.startswith(ID_TAG)), NO_ID), f"network {n.name}")
     return found
 
 
@@ -144,26 +143,17 @@ def key_pair_name(cluster: str, cluster_id: str) -> str:
 
 def tagged(conn: Any, cluster: str, cluster_id: str) -> dict[str, list[Any]]:
     """The cluster's non-server resources, by its id: a Neutron tag, the volume's
-    metadata, the key pair's name (LEGACY: by the name tag among what carries no id)."""
-    if cluster_id == LEGACY:
-        def untagged(items: Any) -> list[Any]:
-            return [i for i in items if not any(t.startswith(ID_TAG) for t in i.tags or [])]
-
-        tag, pick = name_tag(cluster), untagged
-        volume = [v for v in conn.block_storage.volumes()
-                  if (v.metadata or {}).get(CLUSTER_KEY) == cluster and CLUSTER_ID_KEY not in (v.metadata or {})]
-        key = f"{cluster}-key"
-    else:
-        tag, pick = id_tag(cluster_id), list
-        volume = [v for v in conn.block_storage.volumes() if (v.metadata or {}).get(CLUSTER_ID_KEY) == cluster_id]
-        key = key_pair_name(cluster, cluster_id)
+    metadata, the key pair's name."""
+    tag = id_tag(cluster_id)
+    volume = [v for v in conn.block_storage.volumes() if (v.metadata or {}).get(CLUSTER_ID_KEY) == cluster_id]
+    key = key_pair_name(cluster, cluster_id)
     return {
-        "floating IP": pick(conn.network.ips(tags=tag)),
-        "port": pick(conn.network.ports(tags=tag)),
-        "router": pick(conn.network.routers(tags=tag)),
-        "subnet": pick(conn.network.subnets(tags=tag)),
-        "network": pick(conn.network.networks(tags=tag)),
-        "security group": pick(conn.network.security_groups(tags=tag)),
+        "floating IP": list(conn.network.ips(tags=tag)),
+        "port": list(conn.network.ports(tags=tag)),
+        "router": list(conn.network.routers(tags=tag)),
+        "subnet": list(conn.network.subnets(tags=tag)),
+        "network": list(conn.network.networks(tags=tag)),
+        "security group": list(conn.network.security_groups(tags=tag)),
         "volume": volume,
         "key pair": [k for k in [conn.compute.find_keypair(key, ignore_missing=True)] if k],
     }

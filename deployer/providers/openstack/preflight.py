@@ -57,7 +57,7 @@ class PreflightResult:
 
 
 def _names(items: Any, limit: int = 10) -> str:
-    names = sorted({getattr(i, "name", None) or getattr(i, "id", "?") for i in items})
+    names = sorted({getattr(i, "name", "") or getattr(i, "id", "?") for i in items})
     more = f", … ({len(names) - limit} more)" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more if names else "none"
 

@@ -7,14 +7,12 @@ keeps openstacksdk out of import time (preflight.py imports it lazily).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ... import ui
-from ...credentials import write_secret
+from ... import records, ui
 from ...errors import OperationFailed
 from ...tools import terraform
 from ..base import CloudCluster, Observation, Repair
@@ -40,7 +38,7 @@ class OpenStackProvider:
 
         with ui.status(f"Checking OpenStack project for {spec.nodes} node(s) of {spec.openstack.flavor}"):
             result = check(spec, cluster_exists=terraform.has_resources(state.terraform_dir / "openstack"),
-                           cluster_id=_cluster_id(state))
+                           cluster_id=state.cluster_id)
         for w in result.warnings:
             ui.warn(w)
         if result.admin_cidr_from:
@@ -93,7 +91,7 @@ class OpenStackProvider:
             "boot_dir": str(state.boot_dir),
             # The expiry `up` recorded before Terraform runs (lifetime.py); a changed
             # expiry updates the servers' metadata in place.
-            "expires_at": (state.read_record(state.lifetime_file) or {}).get("expires_at"),
+            "expires_at": life.expires_at if (life := state.lifetime()) else None,
         }
         if checked is not None:  # what this run's preflight resolved: the module takes IDs as they are
             values |= {"flavor_id": checked.flavor_id or None, "external_network_id": checked.external_network_id or None,
@@ -154,7 +152,7 @@ class OpenStackProvider:
     def observe(self, state: ClusterState, env: dict[str, str], nodes: list[str]) -> Observation:
         from .observe import observe
 
-        return observe(state.name, _cluster_id(state), env, nodes)
+        return observe(state.name, state.cluster_id, env, nodes)
 
     def repair(self, spec: ClusterSpec, state: ClusterState, cluster: Cluster, seen: Observation) -> Repair:
         """Start what an operator stopped. A deleted server needs nothing here: Terraform's
@@ -163,7 +161,7 @@ class OpenStackProvider:
 
         stopped = [n for n, m in seen.nodes.items() if m.state == "stopped"]
         if stopped:
-            start(spec.name, self.terraform_env(spec), [seen.nodes[n].id for n in stopped if seen.nodes[n].id])
+            start(spec.name, self.terraform_env(spec), [i for n in stopped if (i := seen.nodes[n].id)])
         return Repair(started=stopped)
 
     def place(self, spec: ClusterSpec, state: ClusterState, cluster: Cluster) -> str | None:
@@ -174,14 +172,16 @@ class OpenStackProvider:
         from . import appcred
 
         record = read_teardown_credential(state)
-        life = state.read_record(state.lifetime_file)
+        life = state.lifetime()
         env = self.terraform_env(spec)
         if spec.openstack.auto_teardown and life:
-            server_ids = [n.id for n in cluster.nodes]  # the master first
-            if not appcred.needs_new(record, life["expires_at"], server_ids):
+            server_ids = [n.id for n in cluster.nodes if n.id]  # the master first
+            if len(server_ids) != len(cluster.nodes):
+                raise OperationFailed("the cluster output names a node without a server id: run `deployer up` again")
+            if not appcred.needs_new(record, life.expires_at, server_ids):
                 return None
-            made = appcred.create(env, spec.name, life["expires_at"], server_ids)
-            write_secret(teardown_credential_file(state), json.dumps(made, indent=2).encode())
+            made = appcred.create(env, spec.name, life.expires_at, server_ids)
+            records.write(teardown_credential_file(state), made, secret=True)
             if record:
                 appcred.revoke(env, record)
             return (f"teardown credential {made['name']}: the master deletes these {len(server_ids)} servers at expiry "
@@ -196,10 +196,10 @@ class OpenStackProvider:
         return f"`openstack console log show {node}` (the VM's console: cloud-init prints its errors there)"
 
     def manual_cleanup_hint(self, state: ClusterState) -> str:
-        from .observe import LEGACY, id_tag, name_tag
+        from .observe import id_tag, name_tag
 
-        cluster, cid = state.name, _cluster_id(state)
-        if cid in (None, LEGACY):  # resources without an id: by the name, as they were made
+        cluster, cid = state.name, state.cluster_id
+        if cid is None:  # a state dir that made nothing: what has its name
             return (f"`openstack server list --name '^{cluster}-'`, `openstack volume list --name {cluster}-shared`, "
                     f"`openstack network list --tags {name_tag(cluster)}` (delete what is there, then run `deployer down` again)")
         return (f"`openstack server list --name '^{cluster}-' --long` (the servers whose properties say "
@@ -242,17 +242,6 @@ def expired_clusters(servers: list[Any], at: datetime) -> list[CloudCluster]:
     return sorted(found.values(), key=lambda c: (c.name, c.cluster_id))
 
 
-def _cluster_id(state: ClusterState) -> str | None:
-    """The id the cluster's resources carry: its own; LEGACY for a state dir made before
-    ids (origin.json without one: its next `up` puts the new id on them); None when the
-    state dir has made nothing."""
-    from .observe import LEGACY
-
-    if state.cluster_id:
-        return state.cluster_id
-    return LEGACY if state.read_record(state.origin_file) is not None else None
-
-
 TEARDOWN_CREDENTIAL = "teardown_credential.json"  # in the state dir's secrets (0600)
 
 
@@ -261,5 +250,4 @@ def teardown_credential_file(state: ClusterState) -> Path:
 
 
 def read_teardown_credential(state: ClusterState) -> dict[str, Any] | None:
-    path = teardown_credential_file(state)
-    return json.loads(path.read_text()) if path.exists() else None
+    return records.read(teardown_credential_file(state))

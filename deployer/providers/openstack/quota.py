@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .session import cloud_errors
 
@@ -45,7 +45,7 @@ def gpus_from_extra_specs(extra_specs: Mapping[str, Any] | None) -> int:
     return max(pci, placement)
 
 
-def gpu_attachment(extra_specs: Mapping[str, Any] | None) -> str | None:
+def gpu_attachment(extra_specs: Mapping[str, Any] | None) -> Literal["passthrough", "vgpu"] | None:
     """How a flavor attaches its GPUs, as Nova schedules them: `resources:VGPU` is a vGPU
     (a mediated device), `pci_passthrough:alias` or `resources:PGPU` a whole GPU; None
     when the flavor says neither (a custom resource class can be either)."""

@@ -23,7 +23,10 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 UTC = timezone.utc  # noqa: UP017 (datetime.UTC is 3.11+)
 
@@ -60,7 +63,7 @@ def _ours(conn: Any, server_id: str, cluster_id: str) -> Any:
 
 
 def teardown(conn: Any, cluster: str, cluster_id: str, own_id: str, worker_ids: list[str], now: datetime,
-             say=print) -> list[str]:
+             say: Callable[[str], None] = print) -> list[str]:
     """If the master's expiry is past: delete the workers, wait, then the master's own
     server (no wait: it is going). Returns the names deleted; [] while not expired."""
     own = _ours(conn, own_id, cluster_id)
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
     workers = [i for i in args.workers.split(",") if i]
     conn = openstack.connect(cloud=args.cloud)
-    say = lambda m: print(m, flush=True)  # noqa: E731 (the journal takes stdout)
+    say: Callable[[str], None] = lambda m: print(m, flush=True)  # noqa: E731 (the journal takes stdout)
     if args.check:
         own = _ours(conn, args.server_id, args.cluster_id)
         if own is None:
