@@ -60,7 +60,7 @@ def boot_once(n: int, variant: str, work: Path) -> dict:
     names = spec.node_names()
     shared = work / "shared"
     shared.mkdir(exist_ok=True)
-    network.network_up(CLUSTER, BRIDGE, f"{SUBNET}.0/24", f"{SUBNET}.1/24")
+    network.network_up(network.NetworkUp(CLUSTER, BRIDGE, f"{SUBNET}.0/24", f"{SUBNET}.1/24"))
     try:
         for i, name in enumerate(names):
             node.node_create(name, f"{SUBNET}.{10 + i}/24", f"{SUBNET}.1", BRIDGE, f"{shared}:/shared", 1024,

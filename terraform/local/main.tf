@@ -20,22 +20,28 @@ locals {
 
 resource "terraform_data" "network" {
   input = {
-    driver  = local.driver
-    cluster = var.cluster_name
-    bridge  = var.bridge
-    subnet  = var.subnet
-    gateway = "${local.gateway}/${local.prefix_len}"
-    # access = via_master: the host may reach the master only (a firewall rule).
-    only_master = var.access == "via_master" ? "--only-master ${local.master_ip}" : ""
+    driver = local.driver
+    # network-up's arguments, the fields of NetworkUp (deployer/providers/local/network.py),
+    # handed to the driver whole as JSON; LocalProvider.repair builds the same in Python.
+    network = {
+      cluster = var.cluster_name
+      bridge  = var.bridge
+      subnet  = var.subnet
+      gateway = "${local.gateway}/${local.prefix_len}"
+      # access = via_master: the host may reach the master only (a firewall rule).
+      only_master = var.access == "via_master" ? local.master_ip : null
+    }
   }
 
   provisioner "local-exec" {
-    command = "${self.input.driver} network-up --cluster ${self.input.cluster} --bridge ${self.input.bridge} --subnet ${self.input.subnet} --gateway ${self.input.gateway} ${self.input.only_master}"
+    command     = "${self.input.driver} network-up"
+    environment = { DEPLOYER_LXC_ARGS = jsonencode(self.input.network) }
   }
 
   provisioner "local-exec" {
-    when    = destroy
-    command = "${self.input.driver} network-down --cluster ${self.input.cluster} --bridge ${self.input.bridge}"
+    when        = destroy
+    command     = "${self.input.driver} network-down"
+    environment = { DEPLOYER_LXC_ARGS = jsonencode(self.input.network) }
   }
 }
 
@@ -43,20 +49,23 @@ resource "terraform_data" "node" {
   for_each = module.design.nodes
 
   input = {
-    driver     = local.driver
-    cluster_id = var.cluster_id
-    name       = each.key
-    role       = each.value.role
-    index      = each.value.index
-    ip         = cidrhost(var.subnet, 10 + each.value.index)
-    prefix_len = local.prefix_len
-    gateway    = local.gateway
-    bridge     = terraform_data.network.input.bridge
-    shared     = "${var.shared_host_dir}:${var.shared_dir}"
-    memory_mb  = var.memory_mb
-    # The node's cloud-init user-data (deployer/pipeline/boot.py), the same text OpenStack
-    # hands to Nova; the driver seeds it into the container as NoCloud.
-    user_data = "${var.boot_dir}/${each.key}.user-data"
+    driver = local.driver
+    role   = each.value.role
+    ip     = cidrhost(var.subnet, 10 + each.value.index)
+    # node-up's arguments, the fields of NodeUp (deployer/providers/local/node.py), handed
+    # to the driver whole as JSON; LocalProvider.repair builds the same in Python.
+    node = {
+      name       = each.key
+      ip         = "${cidrhost(var.subnet, 10 + each.value.index)}/${local.prefix_len}"
+      gateway    = local.gateway
+      bridge     = terraform_data.network.input.network.bridge
+      shared     = "${var.shared_host_dir}:${var.shared_dir}"
+      memory_mb  = var.memory_mb
+      cluster_id = var.cluster_id
+      # The node's cloud-init user-data (deployer/pipeline/boot.py), the same text OpenStack
+      # hands to Nova; the driver seeds it into the container as NoCloud.
+      user_data = "${var.boot_dir}/${each.key}.user-data"
+    }
   }
 
   lifecycle {
@@ -69,11 +78,13 @@ resource "terraform_data" "node" {
   # self.id (new whenever Terraform makes the node anew) becomes the container's
   # cloud-init instance-id: the node's identity in the cluster output.
   provisioner "local-exec" {
-    command = "${self.input.driver} node-up --name ${self.input.name} --ip ${self.input.ip}/${self.input.prefix_len} --gateway ${self.input.gateway} --bridge ${self.input.bridge} --shared '${self.input.shared}' --memory-mb ${self.input.memory_mb} --user-data '${self.input.user_data}' --instance-id ${self.id} --cluster-id ${self.input.cluster_id}"
+    command     = "${self.input.driver} node-up"
+    environment = { DEPLOYER_LXC_ARGS = jsonencode(merge(self.input.node, { instance_id = self.id })) }
   }
 
   provisioner "local-exec" {
-    when    = destroy
-    command = "${self.input.driver} node-down --name ${self.input.name} --cluster-id ${self.input.cluster_id}"
+    when        = destroy
+    command     = "${self.input.driver} node-down"
+    environment = { DEPLOYER_LXC_ARGS = jsonencode(self.input.node) }
   }
 }

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -46,11 +48,30 @@ def test_driver_errors_stay_in_the_error_family(tmp_path, capsys):
     from deployer.errors import DeployerError
 
     with pytest.raises(DeployerError, match="no user-data"):
-        node.node_up("zz-unit-master", "10.99.0.10/24", "10.99.0.1", "dpl-none", f"{tmp_path}:/shared", 512, tmp_path / "absent")
+        node.node_up(node.NodeUp("zz-unit-master", "10.99.0.10/24", "10.99.0.1", "dpl-none", f"{tmp_path}:/shared", 512,
+                                 str(tmp_path / "absent")))
     # Only the command-line entry point turns it into an exit status.
-    assert lxc.main(["node-up", "--name", "zz-unit-master", "--ip", "10.99.0.10/24", "--gateway", "10.99.0.1", "--bridge", "x",
-                     "--shared", f"{tmp_path}:/shared", "--memory-mb", "512", "--user-data", str(tmp_path / "absent")]) == 1
+    args = {"name": "zz-unit-master", "ip": "10.99.0.10/24", "gateway": "10.99.0.1", "bridge": "x", "shared": f"{tmp_path}:/shared",
+            "memory_mb": 512, "user_data": str(tmp_path / "absent")}
+    assert lxc.main(["node-up"], {lxc.ARGS_ENV: json.dumps(args)}) == 1
     assert "no user-data" in capsys.readouterr().err
+    assert lxc.main(["node-up"], {lxc.ARGS_ENV: json.dumps(args | {"memory": 1})}) == 1  # a field NodeUp lacks: refused
+    assert "must hold the NodeUp fields" in capsys.readouterr().err
+
+
+def test_terraform_hands_the_driver_exactly_its_arguments():
+    """terraform/local/main.tf keeps each resource's driver arguments in `input.network` and
+    `input.node`, passed whole as JSON: their keys are NetworkUp's and NodeUp's fields (the
+    node's instance_id comes from Terraform's own id)."""
+    import dataclasses
+
+    hcl2 = pytest.importorskip("hcl2")
+    doc = hcl2.loads((Path(__file__).resolve().parents[2] / "terraform" / "local" / "main.tf").read_text())
+    inputs = {name.strip('"'): body["input"] for item in doc["resource"] for named in item.values() for name, body in named.items()}
+    fields = {cls: {f.name for f in dataclasses.fields(cls)} for cls in (network.NetworkUp, node.NodeUp)}
+    assert set(inputs["network"]["network"]) == fields[network.NetworkUp]
+    assert set(inputs["node"]["node"]) | {"instance_id"} == fields[node.NodeUp]
+    assert "merge(self.input.node, { instance_id = self.id })" in (Path(__file__).resolve().parents[2] / "terraform" / "local" / "main.tf").read_text()
 
 
 def test_cpu_plan_gives_each_node_its_own_cores_when_there_are_enough():
@@ -134,7 +155,9 @@ def test_the_driver_never_destroys_a_container_another_cluster_made(monkeypatch,
     with pytest.raises(host.DriverError, match="belongs to another cluster \\(id bbbbbbbbbbbb, not aaaaaaaaaaaa\\)"):
         node.node_down(name, "aaaaaaaaaaaa")
     assert (tmp_path / name).is_dir()
-    assert lxc.main(["node-down", "--name", name, "--cluster-id", "aaaaaaaaaaaa"]) == 1  # as Terraform calls it
+    as_terraform = {"name": name, "ip": "10.99.0.10/24", "gateway": "10.99.0.1", "bridge": "x", "shared": f"{tmp_path}:/shared",
+                    "memory_mb": 512, "user_data": "u", "cluster_id": "aaaaaaaaaaaa"}  # main.tf's input.node
+    assert lxc.main(["node-down"], {lxc.ARGS_ENV: json.dumps(as_terraform)}) == 1
     assert (tmp_path / name).is_dir()
     node.node_down(name, "bbbbbbbbbbbb")  # its own cluster's destroy
     assert not (tmp_path / name).exists()

@@ -1,11 +1,13 @@
 """The LXC node driver: what Terraform's local-exec provisioners call.
 
-    python -m deployer.providers.local.lxc network-up  --cluster C --bridge B --subnet S --gateway G/P [--only-master IP]
-    python -m deployer.providers.local.lxc network-down --cluster C --bridge B
-    python -m deployer.providers.local.lxc node-up --name N --ip IP/P --gateway G --bridge B \
-        --shared HOST:GUEST --memory-mb M --user-data FILE [--instance-id ID] [--cluster-id CID]
-    python -m deployer.providers.local.lxc node-down --name N [--cluster-id CID]
+    DEPLOYER_LXC_ARGS='{"cluster": ..., "bridge": ...}' python -m deployer.providers.local.lxc network-up|network-down
+    DEPLOYER_LXC_ARGS='{"name": ..., "ip": ...}' python -m deployer.providers.local.lxc node-up|node-down
     python -m deployer.providers.local.lxc base-image
+
+The arguments are one JSON object, the fields of network.NetworkUp or node.NodeUp: what
+Terraform keeps in each resource's `input` (terraform/local/main.tf passes it whole), and
+what LocalProvider.repair builds in-process. One list of arguments, no flags to keep in
+step with a command line.
 
 Each node is a Debian system container (its own systemd, sshd, hostname, static IP)
 on an overlay of a base image built once with debootstrap (made in a moment, whatever N). It boots as a cloud VM does:
@@ -22,58 +24,58 @@ cheaply, many at a time.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
-from pathlib import Path
+from collections.abc import Mapping
+from typing import TypeVar
 
 from . import host
 from .host import DriverError
 from .image import ensure_base_image
-from .network import network_down, network_up
-from .node import node_down, node_up
+from .network import NetworkUp, network_down, network_up
+from .node import NodeUp, node_down, node_up
+
+T = TypeVar("T")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m deployer.providers.local.lxc", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    nu = sub.add_parser("network-up")
-    nd = sub.add_parser("network-down")
-    for sp in (nu, nd):
-        sp.add_argument("--cluster", required=True)
-        sp.add_argument("--bridge", required=True)
-    nu.add_argument("--subnet", required=True)
-    nu.add_argument("--gateway", required=True)
-    nu.add_argument("--only-master", help="drop host -> node traffic except to this address (access: via_master)")
-    up = sub.add_parser("node-up")
-    for flag in ("--name", "--ip", "--gateway", "--bridge", "--shared"):
-        up.add_argument(flag, required=True)
-    up.add_argument("--memory-mb", type=int, required=True)
-    up.add_argument("--user-data", type=Path, required=True)
-    up.add_argument("--instance-id", help="the node's identity (Terraform's id of it), seeded as cloud-init's instance-id")
-    down = sub.add_parser("node-down")
-    down.add_argument("--name", required=True)
-    for sp in (up, down):
-        sp.add_argument("--cluster-id", help="the cluster's id (state.py): recorded on create; another's container is refused")
-    sub.add_parser("base-image")
+ARGS_ENV = "DEPLOYER_LXC_ARGS"
+COMMANDS = ("network-up", "network-down", "node-up", "node-down", "base-image")
+
+
+def main(argv: list[str] | None = None, environ: Mapping[str, str] = os.environ) -> int:
+    p = argparse.ArgumentParser(prog="python -m deployer.providers.local.lxc", description=(__doc__ or "").splitlines()[0])
+    p.add_argument("cmd", choices=COMMANDS)
     a = p.parse_args(argv)
     host.VERBOSE = True
     try:
-        _dispatch(a)
+        _dispatch(a.cmd, environ)
     except DriverError as e:
         print(e, file=sys.stderr)
         return 1
     return 0
 
 
-def _dispatch(a: argparse.Namespace) -> None:
-    if a.cmd == "network-up":
-        network_up(a.cluster, a.bridge, a.subnet, a.gateway, a.only_master)
-    elif a.cmd == "network-down":
+def _args(cls: type[T], environ: Mapping[str, str]) -> T:
+    """The command's arguments from $DEPLOYER_LXC_ARGS, as the dataclass `cls`."""
+    try:
+        return cls(**json.loads(environ[ARGS_ENV]))
+    except (KeyError, ValueError, TypeError) as e:
+        raise DriverError(f"[lxc] ${ARGS_ENV} must hold the {cls.__name__} fields as one JSON object: {e}") from None
+
+
+def _dispatch(cmd: str, environ: Mapping[str, str]) -> None:
+    if cmd == "network-up":
+        network_up(_args(NetworkUp, environ))
+    elif cmd == "network-down":
+        a = _args(NetworkUp, environ)
         network_down(a.cluster, a.bridge)
-    elif a.cmd == "node-up":
-        node_up(a.name, a.ip, a.gateway, a.bridge, a.shared, a.memory_mb, a.user_data, a.instance_id, a.cluster_id)
-    elif a.cmd == "node-down":
-        node_down(a.name, a.cluster_id)
-    elif a.cmd == "base-image":
+    elif cmd == "node-up":
+        node_up(_args(NodeUp, environ))
+    elif cmd == "node-down":
+        n = _args(NodeUp, environ)
+        node_down(n.name, n.cluster_id)
+    elif cmd == "base-image":
         print(ensure_base_image())
 
 

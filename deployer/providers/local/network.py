@@ -5,6 +5,7 @@ master for access: via_master)."""
 from __future__ import annotations
 
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from .host import DriverError, log, sh
@@ -16,7 +17,19 @@ def nft_table(cluster: str) -> str:
     return TABLE_PREFIX + cluster.replace("-", "_")
 
 
-def network_up(cluster: str, bridge: str, subnet: str, gateway: str, only_master: str | None = None) -> None:
+@dataclass(frozen=True)
+class NetworkUp:
+    """network-up's arguments, once: Terraform's network `input.network` (terraform/local/
+    main.tf, as JSON) and LocalProvider.repair's."""
+    cluster: str
+    bridge: str
+    subnet: str
+    gateway: str  # address/prefix length
+    only_master: str | None = None  # access: via_master: the host reaches this address only
+
+
+def network_up(a: NetworkUp) -> None:
+    cluster, bridge, subnet, gateway = a.cluster, a.bridge, a.subnet, a.gateway
     if sh("ip", "link", "show", bridge, check=False, quiet=True).returncode != 0:
         sh("ip", "link", "add", bridge, "type", "bridge")
     have = sh("ip", "-4", "-o", "addr", "show", "dev", bridge, quiet=True).stdout
@@ -26,7 +39,7 @@ def network_up(cluster: str, bridge: str, subnet: str, gateway: str, only_master
     forwarding_on()
     table = nft_table(cluster)
     # Recreated whole on every run, so a re-run converges and never duplicates rules.
-    rules = ruleset(cluster, bridge, subnet, only_master)
+    rules = ruleset(cluster, bridge, subnet, a.only_master)
     sh("nft", "delete", "table", "ip", table, check=False, quiet=True)
     proc = subprocess.run(["nft", "-f", "-"], input=rules, text=True, capture_output=True)
     if proc.returncode != 0:

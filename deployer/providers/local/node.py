@@ -9,6 +9,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...nodes import node_name_pattern
@@ -155,21 +156,36 @@ def _seed(rootfs: Path, name: str, user_data: Path, iid: str | None) -> None:
     (seed / "meta-data").write_text(f"instance-id: {iid}\nlocal-hostname: {name}\n")
 
 
-def node_up(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, user_data: Path,
-            iid: str | None = None, cluster_id: str | None = None) -> None:
+@dataclass(frozen=True)
+class NodeUp:
+    """node-up's arguments, once: Terraform hands them to the driver as its node's
+    `input.node` (terraform/local/main.tf, as JSON), LocalProvider.repair builds them in
+    Python; tests/unit/test_lxc_driver.py holds main.tf to these fields."""
+    name: str
+    ip: str  # address/prefix length
+    gateway: str
+    bridge: str
+    shared: str  # host dir:guest dir
+    memory_mb: int
+    user_data: str  # the node's cloud-init user-data file
+    cluster_id: str | None = None  # recorded beside the container; another cluster's is refused
+    instance_id: str | None = None  # Terraform's id of the node, seeded as cloud-init's instance-id
+
+
+def node_up(a: NodeUp) -> None:
     """Create (when absent) and start the node. Returns once the container runs: like a
     cloud server turning ACTIVE, that is not yet a booted node; the deployer waits for
     SSH with the pinned key and for cloud-init before it configures anything."""
-    address = ipaddress.IPv4Interface(ip)
-    Path(shared.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
-    if node_state(name) == "ABSENT":
+    address = ipaddress.IPv4Interface(a.ip)
+    Path(a.shared.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
+    if node_state(a.name) == "ABSENT":
         # New, or left half-made by an interrupted run: (re)build it whole.
-        node_create(name, ip, gateway, bridge, shared, memory_mb, user_data, iid, cluster_id)
-    _refuse_another_clusters(name, cluster_id, "starting")
-    if node_state(name) != "RUNNING":
+        node_create(a.name, a.ip, a.gateway, a.bridge, a.shared, a.memory_mb, Path(a.user_data), a.instance_id, a.cluster_id)
+    _refuse_another_clusters(a.name, a.cluster_id, "starting")
+    if node_state(a.name) != "RUNNING":
         # A stopped node keeps what cloud-init and Ansible made of it; only start it again.
-        sh("lxc-start", "-n", name, "-d", "-l", "WARN", "-o", str(LXC_PATH / name / "lxc.log"))
-    log(f"{name} started at {address.ip}")
+        sh("lxc-start", "-n", a.name, "-d", "-l", "WARN", "-o", str(LXC_PATH / a.name / "lxc.log"))
+    log(f"{a.name} started at {address.ip}")
 
 
 def node_create(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, user_data: Path,

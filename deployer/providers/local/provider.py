@@ -244,7 +244,7 @@ class LocalProvider:
         net = ipaddress.IPv4Network(v["subnet"])
         gateway = net.network_address + 1
         only_master = cluster.master.private_ip if v["access"] == "via_master" else None
-        network.network_up(spec.name, bridge_name(spec.name), str(net), f"{gateway}/{net.prefixlen}", only_master)
+        network.network_up(network.NetworkUp(spec.name, bridge_name(spec.name), str(net), f"{gateway}/{net.prefixlen}", only_master))
         fix = Repair()
         for n in cluster.nodes:
             machine = seen.nodes.get(n.name, Machine("missing"))
@@ -252,9 +252,10 @@ class LocalProvider:
                 fix.recreate.append(n.name)
             elif machine.state == "stopped":
                 fix.started.append(n.name)
-                node.node_up(n.name, f"{n.private_ip}/{net.prefixlen}", str(gateway), bridge_name(spec.name),
-                            f"{v['shared_host_dir']}:{v['shared_dir']}", v["memory_mb"], state.boot_dir / f"{n.name}.user-data",
-                            cluster_id=state.cluster_id)
+                node.node_up(node.NodeUp(
+                    name=n.name, ip=f"{n.private_ip}/{net.prefixlen}", gateway=str(gateway), bridge=bridge_name(spec.name),
+                    shared=f"{v['shared_host_dir']}:{v['shared_dir']}", memory_mb=v["memory_mb"],
+                    user_data=str(state.boot_dir / f"{n.name}.user-data"), cluster_id=state.cluster_id, instance_id=n.id))
         return fix
 
     def place(self, spec: "ClusterSpec", state: "ClusterState", cluster: Cluster) -> str | None:
