@@ -173,8 +173,10 @@ def test_servers_that_carry_no_cluster_id_are_no_state_dirs(os_env, member, tmp_
     c = cluster_name
     module_resources.make_cluster(member, c, 2, cluster_id=NO_ID)
     newer = module_resources.make_cluster(member, c, 1, volume=False, floating_ip=False, cidr="192.168.78.0/24")
-    with pytest.raises(PreflightError, match=f"id unknown: server {c}-master.*; id {newer.id}"):
+    with pytest.raises(PreflightError, match="is in use in this OpenStack project by another deployer cluster") as refused:
         check(make_spec(c, nodes=2))
+    said = str(refused.value)  # the two clusters in the order the servers are listed
+    assert "id unknown: " in said and f"server {c}-worker-1" in said and f"id {newer.id}: " in said
 
 
 def test_observe_of_a_cluster_with_nothing_left(os_env, cluster_name):
