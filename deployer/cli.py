@@ -225,17 +225,13 @@ def bench(
     if data is not None or target_acc is not None or epochs is not None:
         if data is None:
             raise UsageError("--target-acc and --epochs are for training on real data: add --data NAME (e.g. --data digits)")
-        synthetic = {"--profile": profile, "--model": model, "--batch-size": batch_size, "--image-size": image_size,
-                     "--num-iters": num_iters, "--num-batches-per-iter": num_batches_per_iter,
-                     "--num-warmup-batches": num_warmup_batches, "--channels-last": channels_last,
-                     "--allreduce-max": allreduce_max, "--mode": None if mode == "dp" else mode,
-                     "--fp16-allreduce": fp16_allreduce or None, "--timeline": timeline or None, "--net": net or None}
-        given = [flag for flag, value in synthetic.items() if value is not None]
-        if given:
-            raise UsageError(f"{given[0]} is for the synthetic benchmark; with --data the dataset's manifest sets "
-                             "the model and batch: drop it, or drop --data")
         from .bench import training as bench_train
 
+        bench_train.refuse_synthetic_flags(profile=profile, model=model, batch_size=batch_size, image_size=image_size,
+                                           num_iters=num_iters, num_batches_per_iter=num_batches_per_iter,
+                                           num_warmup_batches=num_warmup_batches, channels_last=channels_last,
+                                           allreduce_max=allreduce_max, mode=None if mode == "dp" else mode,
+                                           fp16_allreduce=fp16_allreduce or None, timeline=timeline or None, net=net or None)
         topts = bench_train.make_train_options(cluster, data=data, target_acc=target_acc, nodes=nodes, epochs=epochs,
                                                threads=threads, amp=amp, run_timeout_s=timeout, via=via,
                                                queue_timeout_s=queue_timeout,
@@ -260,6 +256,28 @@ def _synthetic(st: ClusterState, cluster: Cluster, **flags: Any) -> dict[str, An
     from .bench import sweep as bench_mod
 
     return bench_mod.run_on_cluster(st, cluster, profiles.make_options(cluster, **flags))
+
+
+@app.command()
+def results(
+    run_id: Annotated[str | None, typer.Argument(help="the run to show (default: the latest); `ls .deployer/<name>/bench` lists them")] = None,
+    name: NameOpt = None,
+    state_dir: StateOpt = DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """A past `deployer bench` run's tables (or its report with --json), read from its results.json."""
+    from .bench import report as bench_report
+    from .bench import schema
+
+    st = _state(name, state_dir)
+    path = schema.find(st.bench_dir, run_id)
+    report = schema.load(path)
+    if json_out:
+        ui.print_json(report)
+        return
+    ui.info(f"bench run {report['run_id']} ({path})")
+    for table in bench_report.tables(report):
+        ui.err.print(table)
 
 
 def _show_dashboard(desc: dict[str, Any], json_out: bool) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import RecordError
+from ..errors import RecordError, UsageError
 
 SCHEMA = 6
 READABLE = (1, 2, 3, 4, 5, 6)
@@ -191,3 +191,17 @@ def load(path: Path) -> dict[str, Any]:
     except ValidationError as e:
         first = e.errors()[0]
         raise RecordError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+def find(bench_dir: Path, run_id: str | None) -> Path:
+    """The results.json of run `run_id` in a cluster's bench dir (None: the latest run);
+    one that is not there is one line naming the runs that are."""
+    runs = sorted(p.parent.name for p in Path(bench_dir).glob("*/results.json"))
+    if not runs:
+        raise UsageError(f"no benchmark results in {bench_dir}: run `deployer bench` first")
+    if run_id is None:
+        return Path(bench_dir) / runs[-1] / "results.json"  # run ids are timestamps: the last sorts last
+    if run_id not in runs:
+        shown = ", ".join(runs[-5:]) + (f" and {len(runs) - 5} older" if len(runs) > 5 else "")
+        raise UsageError(f"no benchmark run {run_id!r} in {bench_dir}; there are: {shown}")
+    return Path(bench_dir) / run_id / "results.json"

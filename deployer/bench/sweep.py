@@ -140,12 +140,32 @@ class Session:
         return copy
 
 
+    def versions(self, benchmark: dict[str, Any], node_counts: list[int], flags: dict[str, Any], cpu_sharing: Any,
+                 **extra: Any) -> dict[str, Any]:
+        """The report's reproducibility record, the same for every sweep: the benchmark's own
+        versions, the cluster, the node counts, the flags, how ranks shared cores, NCCL's debug
+        settings; `extra`: what only one sweep has (allreduce's versions, the dataset)."""
+        return {"benchmark": benchmark, **extra, **cluster_record(self.cluster), "node_counts": node_counts,
+                "flags": flags, "cpu_sharing": cpu_sharing, "nccl_debug": self.nccl or None}
+
+    def publish(self, report: dict[str, Any], nccl_copy: Path | None, timeline: Path | None = None) -> dict[str, Any]:
+        """Write the report's files (results.json, results.csv, plots; deployer/bench/report.py)
+        with what this session left beside them named in it: the timeline, the NCCL logs,
+        the job scripts."""
+        report["files"] |= {"timeline": str(timeline) if timeline else None, "nccl_logs": str(nccl_copy) if nccl_copy else None,
+                            "job_scripts": self.job_scripts}
+        if self.job_scripts:
+            ui.ok(f"job scripts, templates for your own sbatch jobs: {self.outdir}/*.sbatch")
+        bench_report.write_files(report, self.outdir)
+        ui.ok(f"results in {self.outdir}")
+        return report
+
+
 def run_bench(runner: Runner, cluster: Cluster, opts: BenchOptions, run_id: str,
               outdir: Path) -> dict[str, Any]:
     """Run the sweep on the cluster; write results into outdir; return the --json record."""
     session = Session(runner, cluster, opts, run_id, outdir)
     outdir, remote, launch, nccl, limit = session.outdir, session.remote, session.launch, session.nccl, session.limit
-    job_scripts = session.job_scripts
 
     top = max(opts.nodes)
     ui.step(f"bench {run_id}: profile {opts.profile}: {opts.model}, batch {opts.batch_size}/rank, {opts.image_size}px, "
@@ -239,27 +259,11 @@ def run_bench(runner: Runner, cluster: Cluster, opts: BenchOptions, run_id: str,
             ui.ok(f"slowest link {network['slowest']['src']} -> {network['slowest']['dst']}: "
                   f"{network['slowest']['gbit_s']:.2f} Gbit/s (median {network['median_gbit_s']:.2f})")
 
-    versions = {
-        "benchmark": resnet[0][1].get("versions", {}) if resnet else {},
-        "allreduce": allreduce[0][1].get("versions", {}) if allreduce else None,
-        **cluster_record(cluster),
-        "node_counts": list(opts.nodes),
-        "flags": asdict(opts),
-        "cpu_sharing": sharing,
-        "nccl_debug": nccl or None,  # the NCCL_DEBUG / NCCL_DEBUG_FILE every GPU run had
-    }
+    versions = session.versions(resnet[0][1].get("versions", {}) if resnet else {}, list(opts.nodes), asdict(opts), sharing,
+                                allreduce=allreduce[0][1].get("versions", {}) if allreduce else None)
     report = bench_report.aggregate(run_id, resnet, allreduce, link, versions, mode=opts.mode,
                                     link_bidir_gbit_s=bidir, network=network)
-    if timeline:
-        report["files"]["timeline"] = str(timeline)
-    if nccl_copy:
-        report["files"]["nccl_logs"] = str(nccl_copy)
-    if job_scripts:
-        report["files"]["job_scripts"] = job_scripts
-        ui.ok(f"job scripts, templates for your own sbatch jobs: {outdir}/*.sbatch")
-    bench_report.write_files(report, outdir)
-    ui.ok(f"results in {outdir}")
-    return report
+    return session.publish(report, nccl_copy, timeline)
 
 
 Sweep = Callable[[Runner, "Cluster", Any, str, Path], dict[str, Any]]

@@ -58,6 +58,15 @@ class TrainOptions:
     storage_metrics: bool = True  # ask the master's Prometheus for the shared storage's reads (monitoring on)
 
 
+def refuse_synthetic_flags(**given: Any) -> None:
+    """`bench --data` takes the model and batch from the dataset's manifest: a flag of the
+    synthetic benchmark given with it (its value not None) is a mistake, refused by name."""
+    flag = next((f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None), None)
+    if flag:
+        raise UsageError(f"{flag} is for the synthetic benchmark; with --data the dataset's manifest sets "
+                         "the model and batch: drop it, or drop --data")
+
+
 def make_train_options(cluster: Cluster, *, data: str, target_acc: float | None = None, nodes: str | None = None,
                        epochs: int | None = None, threads: int | None = None, amp: bool | None = None,
                        run_timeout_s: int = 3600, via: str = "mpirun", queue_timeout_s: int = 3600,
@@ -192,25 +201,12 @@ def run_train(runner: bench.Runner, cluster: Cluster, opts: TrainOptions, run_id
     nccl_copy = session.copy_nccl_logs()  # GPU nodes: every rank's NCCL warnings, back from the run dir
     if opts.storage_metrics:
         storage_during(session, cluster, runs)
-    versions = {
-        "benchmark": runs[0][1].get("versions", {}) if runs else {},
-        "dataset": manifest_summary(manifest),
-        **bench.cluster_record(cluster),
-        "node_counts": list(opts.nodes),
-        "flags": {**asdict(opts), "ranks": {str(n): len(cluster.rank_nodes(n)) for n in opts.nodes}},
-        "cpu_sharing": profiles.cpu_sharing(cluster, opts),
-        "nccl_debug": session.nccl or None,
-    }
+    versions = session.versions(runs[0][1].get("versions", {}) if runs else {}, list(opts.nodes),
+                                {**asdict(opts), "ranks": {str(n): len(cluster.rank_nodes(n)) for n in opts.nodes}},
+                                profiles.cpu_sharing(cluster, opts), dataset=manifest_summary(manifest))
     versions = json.loads(json.dumps(versions))  # tuples as lists: the record returned is the one on disk
     report = bench_report.training_report(run_id, manifest, opts.target_acc, runs, versions)
-    if nccl_copy:
-        report["files"]["nccl_logs"] = str(nccl_copy)
-    if session.job_scripts:
-        report["files"]["job_scripts"] = session.job_scripts
-        ui.ok(f"job scripts, templates for your own sbatch jobs: {session.outdir}/*.sbatch")
-    bench_report.write_files(report, session.outdir)
-    ui.ok(f"results in {session.outdir}")
-    return report
+    return session.publish(report, nccl_copy)
 
 
 def epochs_run_now(rec: dict[str, Any]) -> list[dict[str, Any]]:

@@ -134,3 +134,27 @@ def test_unknown_scheduler_is_one_line_exit_2_naming_the_allowed_values(tmp_path
     assert p.returncode == 2 and len(lines) == 1, p.stderr
     assert "scheduler: unknown scheduler 'pbs'; use one of: none, slurm" in lines[0]
     assert sorted(x.name for x in tmp_path.iterdir()) == ["cluster.yaml"]
+
+
+def test_results_shows_a_past_run_and_names_the_runs_there(tmp_path):
+    """`deployer results`: the latest run's tables, or a named run's report with --json,
+    read through the report's one reader (bench.schema.load); a missing run lists the runs."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "results_local_3node.json"
+    bench = tmp_path / ".deployer" / "lab" / "bench"
+    for run_id in ("20261120-100000", "20261123-103645"):
+        (bench / run_id).mkdir(parents=True)
+        shutil.copy(fixture, bench / run_id / "results.json")
+    shown = run("results", "--name", "lab", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "20261123-103645/results.json" in shown.stderr and "img/s" in shown.stderr
+    as_json = run("results", "20261120-100000", "--name", "lab", "--json", cwd=tmp_path)
+    assert as_json.returncode == 0 and json.loads(as_json.stdout)["results"][2]["nodes"] == 3
+    missing = run("results", "1999", "--name", "lab", cwd=tmp_path)
+    assert missing.returncode == 2
+    assert "no benchmark run '1999'" in missing.stderr and "20261120-100000, 20261123-103645" in missing.stderr
+    none = run("results", "--name", "other", cwd=tmp_path)
+    assert none.returncode == 2 and "run `deployer bench` first" in none.stderr
