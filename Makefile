@@ -1,6 +1,10 @@
 # The README's entry points. Run as root: the local provider makes containers and bridges.
 SHELL := /bin/bash
 VENV ?= .venv
+# What needs root (apt, the containers and bridges, the tests that make them) runs through
+# sudo for a user with sudo, and directly as root, where Debian may have no sudo at all.
+# The venv stays the user's own.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PY := $(VENV)/bin/python
 NODES ?= 3
 # Debian packages the local provider, the benchmarks and the tests call (Chromium: the
@@ -13,67 +17,72 @@ APT_PACKAGES := lxc debootstrap nftables iproute2 openssh-client openmpi-bin lib
 # The emulated VMs' tools (tests/vm): QEMU's system emulator without its GUI recommends.
 VM_PACKAGES := qemu-system-x86 qemu-utils genisoimage
 
-.PHONY: deps demo test fast unit integration cloud-tests cloud cloud-stop vm-deps vm-tests lint clean-demo
+.PHONY: system-deps deps demo test fast unit integration cloud-tests cloud cloud-stop vm-deps vm-tests lint clean-demo
 
-$(VENV)/.installed: pyproject.toml
+# The Debian packages first: the venv needs python3-venv, which a fresh Debian lacks.
+system-deps:
+	@# cloud-init is here for its schema validator (the tests check the user-data with it).
+	@# On a machine that did not have it, it is switched off: it must never run at this host's boot.
+	@dpkg -s cloud-init >/dev/null 2>&1 || { $(SUDO) mkdir -p /etc/cloud && $(SUDO) touch /etc/cloud/cloud-init.disabled; }
+	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 \
+	  || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; }
+	@# Debian's prometheus packages start their services on install; the tests run their own.
+	-@$(SUDO) systemctl disable --now prometheus prometheus-node-exporter prometheus-pushgateway mariadb rabbitmq-server >/dev/null 2>&1 || true
+
+$(VENV)/.installed: pyproject.toml | system-deps
 	python3 -m venv $(VENV)
 	# torch pinned to the CPU build first, so nothing later pulls a CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
-deps: $(VENV)/.installed
-	@# cloud-init is here for its schema validator (the tests check the user-data with it).
-	@# On a machine that did not have it, it is switched off: it must never run at this host's boot.
-	@dpkg -s cloud-init >/dev/null 2>&1 || { mkdir -p /etc/cloud && touch /etc/cloud/cloud-init.disabled; }
-	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 \
-	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; }
-	@# Debian's prometheus packages start their services on install; the tests run their own.
-	-@systemctl disable --now prometheus prometheus-node-exporter prometheus-pushgateway mariadb rabbitmq-server >/dev/null 2>&1 || true
+deps: system-deps $(VENV)/.installed
 
 demo: deps
-	$(VENV)/bin/deployer up --nodes $(NODES)
-	$(VENV)/bin/deployer status
+	$(SUDO) $(VENV)/bin/deployer up --nodes $(NODES)
+	$(SUDO) $(VENV)/bin/deployer status
 
 # tests/cloud starts its own OpenStack (tests/cloud/testcloud.py) for the run, or uses the
 # one `make cloud` left running.
 test: deps
-	$(PY) -m pytest tests/unit tests/cloud tests/integration
+	$(SUDO) $(PY) -m pytest tests/unit tests/cloud tests/integration
 
 # No root, no cluster, only real parts that take seconds: under a minute (tests/conftest.py).
 fast: deps
 	$(PY) -m pytest -m "not integration and not slow and not cloud and not vm" tests
 
 unit: deps
-	$(PY) -m pytest tests/unit
+	$(SUDO) $(PY) -m pytest tests/unit
 
 integration: deps
-	$(PY) -m pytest tests/integration
+	$(SUDO) $(PY) -m pytest tests/integration
 
 cloud-tests: deps
-	$(PY) -m pytest tests/cloud
+	$(SUDO) $(PY) -m pytest tests/cloud
 
 # The roles that need a kernel of their own (NFS on a volume found by serial, the driver's
 # reboots) on two QEMU-emulated VMs booted as Nova boots servers; its own target so that
 # `make test` stays under 45 min; .ci/run runs both.
 vm-deps: deps
 	@dpkg -s $(VM_PACKAGES) >/dev/null 2>&1 \
-	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(VM_PACKAGES) >/dev/null; }
+	  || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(VM_PACKAGES) >/dev/null; }
 
 vm-tests: vm-deps
-	$(PY) -m pytest tests/vm
+	$(SUDO) $(PY) -m pytest tests/vm
 
 # A test cloud to use by hand (clouds.yaml path printed; OS_CLIENT_CONFIG_FILE=<it>
 # OS_CLOUD=testcloud openstack ...); the tests reuse it while it runs.
 cloud: deps
-	$(PY) -m tests.cloud.testcloud start
+	$(SUDO) $(PY) -m tests.cloud.testcloud start
 
 cloud-stop: deps
-	$(PY) -m tests.cloud.testcloud stop
+	$(SUDO) $(PY) -m tests.cloud.testcloud stop
 
+# The checks .ci/run makes before the tests, and .pre-commit-config.yaml before a commit.
 lint: deps
-	$(VENV)/bin/ruff check deployer tests benchmarks
+	$(VENV)/bin/ruff check deployer tests benchmarks scripts ansible
+	$(VENV)/bin/mypy
 	cd ansible && ../$(VENV)/bin/ansible-lint --offline roles
 
 clean-demo:
-	-$(VENV)/bin/deployer down --yes
+	-$(SUDO) $(VENV)/bin/deployer down --yes
