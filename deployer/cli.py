@@ -79,9 +79,20 @@ def up(
     name: NameOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
     yes: YesOpt = False,
-    reconfigure: Annotated[bool, typer.Option("--reconfigure", help="run Ansible even when nothing changed since the last successful run")] = False,
-    replace: Annotated[list[str] | None, typer.Option("--replace", help="recreate this node (name or short name, e.g. worker-1); repeatable")] = None,
-    ttl: Annotated[str | None, typer.Option("--ttl", help="lifetime from now, e.g. 8h (30m, 2d, 1w; none: no expiry); `deployer gc` destroys the cluster after it")] = None,
+    reconfigure: Annotated[
+        bool,
+        typer.Option("--reconfigure", help="run Ansible even when nothing changed since the last successful run"),
+    ] = False,
+    replace: Annotated[
+        list[str] | None,
+        typer.Option("--replace", help="recreate this node (name or short name, e.g. worker-1); repeatable"),
+    ] = None,
+    ttl: Annotated[
+        str | None,
+        typer.Option(
+            "--ttl", help="lifetime from now, e.g. 8h (30m, 2d, 1w; none: no expiry); `deployer gc` destroys the cluster after it"
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Provision and configure the cluster (idempotent: re-run to converge or resume)."""
@@ -185,8 +196,17 @@ def _cluster_with(name: str | None, state_dir: Path, what: str, key: str,
 
 @app.command()
 def bench(
-    nodes: Annotated[str | None, typer.Option("--nodes", "-N", help="node counts to sweep, e.g. 1,2,4,8 (default: powers of 2 up to the cluster size)")] = None,
-    profile: Annotated[str | None, typer.Option("--profile", help="quick | standard | horovod (default: horovod on GPU nodes, quick on CPU-only nodes); the flags below override it")] = None,
+    nodes: Annotated[
+        str | None,
+        typer.Option("--nodes", "-N", help="node counts to sweep, e.g. 1,2,4,8 (default: powers of 2 up to the cluster size)"),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            help="quick | standard | horovod (default: horovod on GPU nodes, quick on CPU-only nodes); the flags below override it",
+        ),
+    ] = None,
     model: Annotated[str | None, typer.Option(help="resnet18|34|50|101|152 (default: the profile's)")] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", help="images per rank per step (fixed across N)")] = None,
     image_size: Annotated[int | None, typer.Option("--image-size", help="synthetic image side in pixels")] = None,
@@ -194,18 +214,51 @@ def bench(
     num_iters: Annotated[int | None, typer.Option("--num-iters", help="timed iterations")] = None,
     num_batches_per_iter: Annotated[int | None, typer.Option("--num-batches-per-iter")] = None,
     num_warmup_batches: Annotated[int | None, typer.Option("--num-warmup-batches")] = None,
-    threads: Annotated[int | None, typer.Option("--threads", help="torch threads per rank (default: sized so nodes sharing cores are not oversubscribed)")] = None,
-    amp: Annotated[bool | None, typer.Option("--amp/--no-amp", help="mixed precision (autocast, fp16 on GPUs) (default: on with GPU nodes, off on CPU-only nodes)")] = None,
-    channels_last: Annotated[bool | None, typer.Option("--channels-last/--no-channels-last", help="NHWC memory format (default: on with GPU nodes, off on CPU-only nodes)")] = None,
-    fp16_allreduce: Annotated[bool, typer.Option("--fp16-allreduce", help="fp16 compression of the gradients (opt-in, as in Horovod's benchmark)")] = False,
+    threads: Annotated[
+        int | None,
+        typer.Option("--threads", help="torch threads per rank (default: sized so nodes sharing cores are not oversubscribed)"),
+    ] = None,
+    amp: Annotated[
+        bool | None,
+        typer.Option("--amp/--no-amp", help="mixed precision (autocast, fp16 on GPUs) (default: on with GPU nodes, off on CPU-only nodes)"),
+    ] = None,
+    channels_last: Annotated[
+        bool | None,
+        typer.Option("--channels-last/--no-channels-last", help="NHWC memory format (default: on with GPU nodes, off on CPU-only nodes)"),
+    ] = None,
+    fp16_allreduce: Annotated[
+        bool,
+        typer.Option("--fp16-allreduce", help="fp16 compression of the gradients (opt-in, as in Horovod's benchmark)"),
+    ] = False,
     allreduce_max: Annotated[str | None, typer.Option("--allreduce-max", help="largest all-reduce message, e.g. 64M")] = None,
-    timeline: Annotated[bool, typer.Option("--timeline", help="also a torch.profiler trace of every rank at the largest N, merged into timeline.json")] = False,
-    net: Annotated[bool, typer.Option("--net", help="also iperf3 between every pair of nodes (a ring beyond 8): matrix, plot, slowest link")] = False,
+    timeline: Annotated[
+        bool,
+        typer.Option("--timeline", help="also a torch.profiler trace of every rank at the largest N, merged into timeline.json"),
+    ] = False,
+    net: Annotated[
+        bool,
+        typer.Option("--net", help="also iperf3 between every pair of nodes (a ring beyond 8): matrix, plot, slowest link"),
+    ] = False,
     timeout: Annotated[int, typer.Option("--timeout", help="seconds one benchmark run may take before it is killed")] = 1800,
-    via: Annotated[str, typer.Option("--via", help="mpirun (over the hostfile) or slurm (each run an sbatch job; needs scheduler: slurm)")] = "mpirun",
-    queue_timeout: Annotated[int, typer.Option("--queue-timeout", help="--via slurm: seconds a job may wait in the queue before it is cancelled")] = 3600,
-    data: Annotated[str | None, typer.Option("--data", help="train on this dataset (digits, cifar10, imagenet; `deployer data fetch` first) to --target-acc: time to accuracy per N")] = None,
-    target_acc: Annotated[float | None, typer.Option("--target-acc", help="--data: the top-1 to reach, a fraction in (0, 1] (default: the dataset's)")] = None,
+    via: Annotated[
+        str,
+        typer.Option("--via", help="mpirun (over the hostfile) or slurm (each run an sbatch job; needs scheduler: slurm)"),
+    ] = "mpirun",
+    queue_timeout: Annotated[
+        int,
+        typer.Option("--queue-timeout", help="--via slurm: seconds a job may wait in the queue before it is cancelled"),
+    ] = 3600,
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            help="train on this dataset (digits, cifar10, imagenet; `deployer data fetch` first) to --target-acc: time to accuracy per N",
+        ),
+    ] = None,
+    target_acc: Annotated[
+        float | None,
+        typer.Option("--target-acc", help="--data: the top-1 to reach, a fraction in (0, 1] (default: the dataset's)"),
+    ] = None,
     epochs: Annotated[int | None, typer.Option("--epochs", help="--data: most epochs per run (default: the dataset's)")] = None,
     name: NameOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
@@ -260,7 +313,10 @@ def _synthetic(st: ClusterState, cluster: Cluster, **flags: Any) -> dict[str, An
 
 @app.command()
 def results(
-    run_id: Annotated[str | None, typer.Argument(help="the run to show (default: the latest); `ls .deployer/<name>/bench` lists them")] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Argument(help="the run to show (default: the latest); `ls .deployer/<name>/bench` lists them"),
+    ] = None,
     name: NameOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
     json_out: JsonOpt = False,
@@ -320,7 +376,10 @@ def dashboard(
 def notebook(
     print_only: Annotated[bool, typer.Option("--print", help="only print the URL and the ssh command for the tunnel")] = False,
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="local port (the next free one if taken)")] = 8888,
-    show_password: Annotated[bool, typer.Option("--show-password", help="print the password too (it is in the state dir's secrets)")] = False,
+    show_password: Annotated[
+        bool,
+        typer.Option("--show-password", help="print the password too (it is in the state dir's secrets)"),
+    ] = False,
     name: NameOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
     json_out: JsonOpt = False,
@@ -434,7 +493,10 @@ def down(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, yes: YesOpt 
 def gc(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="destroy the expired clusters (without it: only list them)")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="say what would be destroyed, destroy nothing")] = False,
-    cloud: Annotated[str | None, typer.Option("--cloud", help="also look in this OpenStack cloud (clouds.yaml entry; default: $OS_CLOUD)")] = None,
+    cloud: Annotated[
+        str | None,
+        typer.Option("--cloud", help="also look in this OpenStack cloud (clouds.yaml entry; default: $OS_CLOUD)"),
+    ] = None,
     state_dir: StateOpt = DEFAULT_STATE,
     json_out: JsonOpt = False,
 ) -> None:

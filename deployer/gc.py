@@ -93,7 +93,10 @@ def collect_and_act(root: Path, *, cloud: str | None, destroy: bool, dry_run: bo
     cloud = cloud or os.environ.get("OS_CLOUD")
     found = find(root, cloud, at)
     if not found:
-        ui.info(f"no expired cluster in {root}" + (f" or OpenStack cloud {cloud!r}" if cloud else " (no OpenStack cloud looked at: --cloud or $OS_CLOUD)"))
+        ui.info(
+            f"no expired cluster in {root}"
+            + (f" or OpenStack cloud {cloud!r}" if cloud else " (no OpenStack cloud looked at: --cloud or $OS_CLOUD)")
+        )
         return []
     results = []
     for e in found:
@@ -108,7 +111,11 @@ def collect_and_act(root: Path, *, cloud: str | None, destroy: bool, dry_run: bo
             except RecordError:  # listing goes on: `down` names the damaged record
                 recorded = None
             nodes = recorded.names if recorded else []
-            what = f"would destroy {', '.join(nodes) or 'what Terraform made'}, its network and state" if dry_run else "`deployer gc --yes` destroys it"
+            what = (
+                f"would destroy {', '.join(nodes) or 'what Terraform made'}, its network and state"
+                if dry_run
+                else "`deployer gc --yes` destroys it"
+            )
             ui.info(f"{e.name}: expired {ago} ago ({e.provider}); {what}")
         else:
             ui.step(f"{e.name}: expired {ago} ago: destroying")

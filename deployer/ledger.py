@@ -127,7 +127,8 @@ def usage(all_entries: list[dict[str, Any]], at: datetime | None = None) -> dict
                 gpu_h += hours * cur.get("gpus", 0)
         last = es[-1]
         clusters[name] = {
-            "cluster": name, "provider": last.get("provider"), "flavor": next((e.get("flavor") for e in reversed(es) if e.get("flavor")), None),
+            "cluster": name, "provider": last.get("provider"),
+            "flavor": next((e.get("flavor") for e in reversed(es) if e.get("flavor")), None),
             "first": es[0]["time"], "live": last["nodes"] > 0, "nodes_now": last["nodes"],
             "destroyed": None if last["nodes"] > 0 else last["time"],
             "node_hours": round(node_h, 3), "gpu_hours": round(gpu_h, 3),
@@ -135,7 +136,9 @@ def usage(all_entries: list[dict[str, Any]], at: datetime | None = None) -> dict
     return {
         "at": iso(at),
         "clusters": sorted(clusters.values(), key=lambda c: c["first"]),
-        "months": [{"month": m, "node_hours": round(v["node_hours"], 3), "gpu_hours": round(v["gpu_hours"], 3)} for m, v in sorted(months.items())],
+        "months": [
+            {"month": m, "node_hours": round(v["node_hours"], 3), "gpu_hours": round(v["gpu_hours"], 3)} for m, v in sorted(months.items())
+        ],
     }
 
 

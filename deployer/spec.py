@@ -77,7 +77,10 @@ class OpenStackSpec(_Strict):
         description="DNS servers of the created subnet (ignored with an existing network)",
     )
     root_volume_size: int | None = Field(
-        default=None, ge=1, le=16384, description="GiB: boot every node from a volume made from the image (GPU flavors with small root disks)"
+        default=None,
+        ge=1,
+        le=16384,
+        description="GiB: boot every node from a volume made from the image (GPU flavors with small root disks)",
     )
     volume_size: int = Field(default=100, ge=1, le=65536, description="GiB of the shared volume on the master")
     volume_type: str | None = Field(default=None, description="Cinder volume type of the shared volume; default: the cloud's")

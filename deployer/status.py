@@ -143,6 +143,9 @@ def show(info: dict[str, Any]) -> None:
             ui.warn(f"expired {lifetime.human(left)} ago (at {life['expires_at']}); `deployer gc --yes` destroys it, "
                     "`deployer up --ttl 8h` keeps it 8h more")
     for extra in info["extra"]:
-        ui.warn(f"{extra} exists but is not in the cluster record (left by an interrupted scale-in?); `deployer up` removes nothing it does not know")
+        ui.warn(
+            f"{extra} exists but is not in the cluster record (left by an interrupted scale-in?); "
+            "`deployer up` removes nothing it does not know"
+        )
     if any(n["state"] != "ok" for n in info["nodes"]):
         ui.info("`deployer up` starts stopped nodes, recreates missing ones and configures replaced ones")

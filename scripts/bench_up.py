@@ -100,7 +100,11 @@ def main() -> int:
                     t_reconf, _ = timed(["up", "--reconfigure"], cwd)
                     t_status = best_of(["status"], cwd)
                     row |= {"rerun_s": round(t_rerun, 1), "reconfigure_s": round(t_reconf, 1), "status_s": round(t_status, 3)}
-                    print(f"N={n}: up {t_up:.1f}s, no-change re-run {t_rerun:.1f}s, --reconfigure re-run {t_reconf:.1f}s, status {t_status:.3f}s", flush=True)
+                    print(
+                        f"N={n}: up {t_up:.1f}s, no-change re-run {t_rerun:.1f}s, "
+                        f"--reconfigure re-run {t_reconf:.1f}s, status {t_status:.3f}s",
+                        flush=True,
+                    )
                 rows.append(row)
             finally:
                 subprocess.run([*DEPLOYER, "down", "--yes"], cwd=cwd, capture_output=True)

@@ -54,7 +54,11 @@ def longest_function(source: str) -> ast.FunctionDef | None:
 
 def broken(source: str, fn: ast.FunctionDef) -> str:
     lines = source.split("\n")
-    first = fn.body[1] if (len(fn.body) > 1 and isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant)) else fn.body[0]
+    first = (
+        fn.body[1]
+        if (len(fn.body) > 1 and isinstance(fn.body[0], ast.Expr) and isinstance(fn.body[0].value, ast.Constant))
+        else fn.body[0]
+    )
     at = first.lineno - 1
     indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
     lines.insert(at, f'{indent}raise RuntimeError("deliberately broken by scripts/break_each_module.py")')

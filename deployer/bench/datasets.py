@@ -357,7 +357,11 @@ DIGITS_SEED = 0
 def digits_source() -> Path:
     """scikit-learn's digits.csv.gz, found without importing scikit-learn (a second of scipy)."""
     spec = importlib.util.find_spec("sklearn")
-    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz" if spec and spec.submodule_search_locations else None
+    path = (
+        Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+        if spec and spec.submodule_search_locations
+        else None
+    )
     if path is None or not path.is_file():
         raise UsageError("the digits dataset comes with scikit-learn, which is not installed here: "
                          "reinstall the deployer (pip install -e .) to get it")

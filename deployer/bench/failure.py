@@ -65,10 +65,16 @@ def diagnose(rc: int, out: str, err: str, nodes: list[Node], timeout_s: float) -
     srun = SRUN_TASK.findall(text)
     if srun:  # the task that exited is the cause; the others were killed after it (--kill-on-bad-exit)
         node, rank, what = ([t for t in srun if t[2].startswith("Exited")] or srun)[0]
-        own = _last_error(rank_output(text, int(rank), "stderr") or [ln for ln in err.splitlines() if not ln.startswith(("srun: ", "slurm job "))])
+        own = _last_error(
+            rank_output(text, int(rank), "stderr") or [ln for ln in err.splitlines() if not ln.startswith(("srun: ", "slurm job "))]
+        )
         return f"rank {rank} on {node}: {what[0].lower() + what[1:]}" + (f"; its last words: {own}" if own else "")
     m = EXITED.search(text)
-    ranks = [int(m.group(1))] if m else sorted({r for r, s, t in map(untag, text.splitlines()) if r is not None and s == "stderr" and "Traceback" in t})
+    ranks = (
+        [int(m.group(1))]
+        if m
+        else sorted({r for r, s, t in map(untag, text.splitlines()) if r is not None and s == "stderr" and "Traceback" in t})
+    )
     if ranks:
         rank = ranks[0]
         code = f" with exit code {m.group(2)}" if m else ""

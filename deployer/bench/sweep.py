@@ -206,7 +206,9 @@ def run_bench(runner: Runner, cluster: Cluster, opts: BenchOptions, run_id: str,
         resnet.append((n, res))
         ui.ok(f"{n} node(s) {mode}: {res['img_per_sec']:.1f} img/s total, {res['img_per_sec_per_rank']:.1f} per rank")
         if profiled:
-            merged = remote("timeline", f"python {cluster.shared_dir}/benchmarks/merge_timeline.py {run_dir(cluster, run_id)}/timeline", 300)
+            merged = remote(
+                "timeline", f"python {cluster.shared_dir}/benchmarks/merge_timeline.py {run_dir(cluster, run_id)}/timeline", 300
+            )
             timeline = outdir / "timeline.json"
             timeline.write_text(merged)
             ui.ok(f"timeline of every rank at {n} node(s): {timeline} (open in ui.perfetto.dev or chrome://tracing)")

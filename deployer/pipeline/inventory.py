@@ -96,6 +96,9 @@ def write(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> Path:
     d = state.inventory_dir
     d.mkdir(parents=True, exist_ok=True)
     path = d / "hosts.yml"
-    path.write_text("# Rendered by deployer from the Terraform `cluster` output; do not edit.\n" + yaml.safe_dump(render(cluster, spec, state), sort_keys=False))
+    path.write_text(
+        "# Rendered by deployer from the Terraform `cluster` output; do not edit.\n"
+        + yaml.safe_dump(render(cluster, spec, state), sort_keys=False)
+    )
     (d / "hostfile").write_text(hostfile(cluster))
     return path

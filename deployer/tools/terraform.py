@@ -184,7 +184,10 @@ class ExternalTerraform(Engine):
         super().__init__(workdir, log_file, env)
         path = shutil.which(binary)
         if path is None:
-            raise UsageError(f"terraform binary {binary!r} not found on PATH: install it, or unset terraform.binary / $DEPLOYER_TERRAFORM to use the bundled one")
+            raise UsageError(
+                f"terraform binary {binary!r} not found on PATH: install it, "
+                "or unset terraform.binary / $DEPLOYER_TERRAFORM to use the bundled one"
+            )
         from python_terraform import IsFlagged, Terraform
 
         self._flag = IsFlagged

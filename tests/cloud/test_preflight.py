@@ -213,7 +213,9 @@ def test_a_network_shared_by_another_project_is_accepted_with_a_warning(os_env, 
 def test_own_network_without_a_router_is_refused(os_env, member, cluster):
     net = member.network.create_network(name=f"{cluster}-net")
     subnet = member.network.create_subnet(network_id=net.id, cidr="10.33.0.0/24", ip_version=4, name=f"{cluster}-subnet")
-    with pytest.raises(PreflightError, match=rf"network '{cluster}-net' has no router to external network 'public'.*router add subnet R {cluster}-subnet"):
+    with pytest.raises(
+        PreflightError, match=rf"network '{cluster}-net' has no router to external network 'public'.*router add subnet R {cluster}-subnet"
+    ):
         pf.check(make_spec(network=f"{cluster}-net"))
     router = member.network.create_router(name=f"{cluster}-router",
                                           external_gateway_info={"network_id": member.network.find_network("public").id})
@@ -425,7 +427,9 @@ def diskless_flavor(admin, cluster):
 
 
 def test_flavor_without_root_disk_asks_for_boot_from_volume(os_env, diskless_flavor):
-    with pytest.raises(PreflightError, match=rf"flavor '{diskless_flavor}' has no root disk \(0 GB\): boot from a volume with openstack.root_volume_size"):
+    with pytest.raises(
+        PreflightError, match=rf"flavor '{diskless_flavor}' has no root disk \(0 GB\): boot from a volume with openstack.root_volume_size"
+    ):
         pf.check(make_spec(flavor=diskless_flavor, enable_gpu=True))
     pf.check(make_spec(flavor=diskless_flavor, enable_gpu=True, root_volume_size=100))
 

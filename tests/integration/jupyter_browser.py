@@ -95,7 +95,9 @@ def run_in_new_notebook(driver, code: str, until_text: list[str], timeout: float
     )
     # The kernel must be idle before the cell runs, or Shift+Enter queues behind its start.
     _wait(driver, 120).until(
-        lambda d: d.find_elements(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator[data-status='idle']")
+        lambda d: d.find_elements(
+            By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator[data-status='idle']"
+        )
     )
     editor.click()
     editor.send_keys(code)

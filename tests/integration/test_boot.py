@@ -28,7 +28,12 @@ def test_every_node_booted_through_cloud_init_nocloud(local_cluster, node):
 
 
 def test_the_user_data_made_the_user_and_the_host_key(local_cluster):
-    p = local_cluster.deployer("ssh", "worker-1", "--", "sudo -n awk '{print $1, $2}' /etc/ssh/ssh_host_ed25519_key.pub; ls /etc/ssh/ | grep -c '^ssh_host_'; sudo -n id -un")
+    p = local_cluster.deployer(
+        "ssh",
+        "worker-1",
+        "--",
+        "sudo -n awk '{print $1, $2}' /etc/ssh/ssh_host_ed25519_key.pub; ls /etc/ssh/ | grep -c '^ssh_host_'; sudo -n id -un",
+    )
     key, count, root = p.stdout.split("\n")[:3]
     pinned = (local_cluster.state / "ssh" / "host_keys" / f"{NAME}-worker-1_ed25519.pub").read_text()
     assert key.split()[:2] == pinned.split()[:2]

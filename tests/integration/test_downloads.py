@@ -22,7 +22,9 @@ def _ssh(cluster, node: str, cmd: str) -> str:
 
 
 def _pulled(cluster, node: str) -> int:
-    got = timings.counter_bytes(_ssh(cluster, node, f"sudo -n nft --json list counter inet {boot.ACCOUNTING_TABLE} {boot.ACCOUNTING_COUNTER}"))
+    got = timings.counter_bytes(
+        _ssh(cluster, node, f"sudo -n nft --json list counter inet {boot.ACCOUNTING_TABLE} {boot.ACCOUNTING_COUNTER}")
+    )
     assert got is not None, node
     return got
 

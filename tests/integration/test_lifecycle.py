@@ -72,7 +72,12 @@ def test_shared_dir_is_shared(local_cluster):
 
 
 def test_training_runtime_on_every_node(local_cluster):
-    p = local_cluster.deployer("ssh", "--", f"mpirun -np {NODES} --hostfile /shared/hostfile python -c 'import torch, mpi4py.MPI as M; print(M.COMM_WORLD.Get_size(), torch.__version__)'")
+    p = local_cluster.deployer(
+        "ssh",
+        "--",
+        f"mpirun -np {NODES} --hostfile /shared/hostfile "
+        "python -c 'import torch, mpi4py.MPI as M; print(M.COMM_WORLD.Get_size(), torch.__version__)'",
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.split("\n")
     assert sum(1 for line in lines if line.startswith(f"{NODES} 2.13")) == NODES

@@ -142,7 +142,9 @@ def test_panel_has_data(prom, run_id, has_gpus, variables, query):
     if query.dashboard == "deployer-gpu" and not has_gpus and not query.panel.startswith("annotation:"):
         pytest.skip("CPU cluster: no dcgm-exporter targets, so the GPU dashboard is empty by design")
     if "slurm_" in query.expr and not prom.query("slurm_metrics_success"):
-        pytest.skip("no Slurm on this cluster (scheduler: none): the Slurm row is empty by design (tests/integration/test_slurm.py checks it)")
+        pytest.skip(
+            "no Slurm on this cluster (scheduler: none): the Slurm row is empty by design (tests/integration/test_slurm.py checks it)"
+        )
     if "$train_run" in query.expr and not prom.query("deployer_bench_final_top1"):
         pytest.skip("no `bench --data` run pushed to this cluster's Pushgateway (test_data.py pushes one)")
     if "node_mountstats_nfs_" in query.expr and not prom.query("node_mountstats_nfs_total_read_bytes_total"):

@@ -28,7 +28,10 @@ NAME = "islurm"
 SUBNET = "10.81.0.0/24"
 MASTER, WORKER_1, WORKER_2 = f"{NAME}-master", f"{NAME}-worker-1", f"{NAME}-worker-2"
 
-MPI_HELLO = "from mpi4py import MPI; import socket; c = MPI.COMM_WORLD; print(f'rank {c.rank} of {c.size} on {socket.gethostname()}', flush=True)"
+MPI_HELLO = (
+    "from mpi4py import MPI; import socket; c = MPI.COMM_WORLD; "
+    "print(f'rank {c.rank} of {c.size} on {socket.gethostname()}', flush=True)"
+)
 
 
 @pytest.fixture(scope="module")

@@ -137,7 +137,9 @@ def test_ctrl_c_stops_ansible_playbook_and_what_it_started(tmp_path):
     assert time.monotonic() - began < 10
     time.sleep(0.5)
     left = _running(marker) + _running(str(tmp_path / "play.yml"))
-    assert left == [], subprocess.run(["ps", "-o", "pid,ppid,pgid,sid,stat,cmd", "-p", ",".join(left)], capture_output=True, text=True).stdout
+    assert left == [], subprocess.run(
+        ["ps", "-o", "pid,ppid,pgid,sid,stat,cmd", "-p", ",".join(left)], capture_output=True, text=True
+    ).stdout
 
 
 def _running(pattern: str) -> list[str]:

@@ -95,7 +95,9 @@ def report_for(*runs: dict, amp: bool = True) -> dict:
 def test_the_report_line_sets_img_per_gpu_against_nvidias():
     rep = report_for(gpu_run(1, 1235.0), gpu_run(2, 1111.5))
     assert rep["reference"]["img_per_sec_per_gpu"] == 2470
-    assert bench_report.reference_line(rep) == "img/s per GPU: 1235.0 (NVIDIA published: 2470 for NVIDIA A100-SXM4-80GB, AMP at 224 px; 50 %)"
+    assert bench_report.reference_line(rep) == (
+        "img/s per GPU: 1235.0 (NVIDIA published: 2470 for NVIDIA A100-SXM4-80GB, AMP at 224 px; 50 %)"
+    )
     assert bench_report.reference_share(rep["results"][1], rep["reference"]) == pytest.approx(0.45)
 
 
@@ -152,7 +154,9 @@ def test_a_report_with_a_reference_survives_the_schema(tmp_path):
 
 
 def kind(cmd: str) -> str:
-    m = re.search(r"(resnet_synthetic\.py --json --mode \w+|allreduce\.py|nccl\.\*\.log|iperf3 -c \S+(?: -J -t \d+)?(?: --bidir)?|hostfile)", cmd)
+    m = re.search(
+        r"(resnet_synthetic\.py --json --mode \w+|allreduce\.py|nccl\.\*\.log|iperf3 -c \S+(?: -J -t \d+)?(?: --bidir)?|hostfile)", cmd
+    )
     return m.group(1) if m else cmd.split()[0]
 
 
@@ -214,11 +218,18 @@ def test_a_gpu_sweep_records_the_stack_the_flags_and_nccls_logs(gpu_replay, tmp_
     assert (v["gpu"], v["cuda"], v["nccl"], v["driver"]) == ("NVIDIA A100-SXM4-80GB", "12.4", "2.21.5", "550.54.15")
     assert v["gpu_count"] == {"vm": 1}
     flags = saved["versions"]["flags"]
-    assert (flags["amp"], flags["channels_last"], flags["fp16_allreduce"], flags["auto_flags"]) == (True, True, False, ["amp", "channels_last"])
+    assert (flags["amp"], flags["channels_last"], flags["fp16_allreduce"], flags["auto_flags"]) == (
+        True,
+        True,
+        False,
+        ["amp", "channels_last"],
+    )
 
     # NVIDIA's figure beside img/s per GPU
     assert saved["reference"]["img_per_sec_per_gpu"] == 2470
-    assert bench_report.reference_line(saved) == "img/s per GPU: 1235.0 (NVIDIA published: 2470 for NVIDIA A100-SXM4-80GB, AMP at 224 px; 50 %)"
+    assert bench_report.reference_line(saved) == (
+        "img/s per GPU: 1235.0 (NVIDIA published: 2470 for NVIDIA A100-SXM4-80GB, AMP at 224 px; 50 %)"
+    )
     assert (out / "commands.sh").read_text().splitlines()[1:] == runner.commands
 
 

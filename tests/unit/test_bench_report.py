@@ -95,7 +95,11 @@ def test_efficiency_baseline_without_one_node():
 def test_write_files(report, tmp_path):
     br.write_files(report, tmp_path / "out")
     files = report["files"]
-    assert set(files) == {"json", "csv", "plots", "timeline", "nccl_logs", "job_scripts"} and files["timeline"] is None and files["nccl_logs"] is None
+    assert (
+        set(files) == {"json", "csv", "plots", "timeline", "nccl_logs", "job_scripts"}
+        and files["timeline"] is None
+        and files["nccl_logs"] is None
+    )
     assert files["job_scripts"] == []  # only --via slurm saves job scripts
     on_disk = json.loads(Path(files["json"]).read_text())
     assert on_disk["files"] == files and on_disk["results"] == report["results"]

@@ -107,7 +107,10 @@ def test_known_hosts_pins_each_nodes_generated_key_by_name_and_address(state):
     boot.write_user_data(SPEC, state)
     boot.write_access(state, typed(CLOUD))
     lines = [ln for ln in state.known_hosts.read_text().splitlines() if not ln.startswith("#")]
-    assert lines[0].split(" ", 1) == ["gpu-master,192.168.77.10,203.0.113.5", yaml.safe_load(_user_data(state, "gpu-master"))["ssh_keys"]["ed25519_public"]]
+    assert lines[0].split(" ", 1) == [
+        "gpu-master,192.168.77.10,203.0.113.5",
+        yaml.safe_load(_user_data(state, "gpu-master"))["ssh_keys"]["ed25519_public"],
+    ]
     for line, node in zip(lines, CLOUD["nodes"], strict=True):
         names, key = line.split(" ", 1)
         assert names.split(",")[:2] == [node["name"], node["private_ip"]]
@@ -143,7 +146,11 @@ def test_ssh_config_hops_through_the_master_with_both_hops_pinned(state):
 
 
 def test_ssh_config_direct_access_has_no_hop(state):
-    local = {**CLOUD, "access": "direct", "nodes": [{**n, "public_ip": n["private_ip"] if n["role"] == "master" else None} for n in CLOUD["nodes"]]}
+    local = {
+        **CLOUD,
+        "access": "direct",
+        "nodes": [{**n, "public_ip": n["private_ip"] if n["role"] == "master" else None} for n in CLOUD["nodes"]],
+    }
     boot.write_user_data(SPEC, state)
     boot.write_access(state, typed(local))
     b = _blocks(state.ssh_config.read_text())

@@ -48,7 +48,14 @@ def test_weekly_and_on_demand_opt_in_and_bounded():
     assert int(job["timeout-minutes"]) <= 180 and wf["permissions"] == {"contents": "read"}
 
 
-@pytest.mark.parametrize("step", [s.get("name") or s.get("id") or s.get("uses") for s in yaml.load(WORKFLOW.read_text(), Loader=yaml.BaseLoader)["jobs"]["e2e"]["steps"] if "run" in s])
+@pytest.mark.parametrize(
+    "step",
+    [
+        s.get("name") or s.get("id") or s.get("uses")
+        for s in yaml.load(WORKFLOW.read_text(), Loader=yaml.BaseLoader)["jobs"]["e2e"]["steps"]
+        if "run" in s
+    ],
+)
 def test_every_run_script_is_valid_bash(step):
     s = next(x for x in _steps() if (x.get("name") or x.get("id") or x.get("uses")) == step)
     assert "`" not in s["run"], "a backtick in a run script runs a command (use $(...) where one is meant)"

@@ -70,7 +70,9 @@ def test_node_states():
     })
     states = drift.node_states(CLUSTER, seen, record(), {"demo-master": True, "demo-worker-2": False})
     assert states == {"demo-master": "ok", "demo-worker-1": "stopped", "demo-worker-2": "unreachable"}
-    gone = Observation(nodes={"demo-master": Machine("running", "m1"), "demo-worker-1": Machine("missing"), "demo-worker-2": Machine("running", "w9")})
+    gone = Observation(
+        nodes={"demo-master": Machine("running", "m1"), "demo-worker-1": Machine("missing"), "demo-worker-2": Machine("running", "w9")}
+    )
     states = drift.node_states(CLUSTER, gone, record(demo_worker_2="old"), {"demo-master": True, "demo-worker-2": True})
     assert states == {"demo-master": "ok", "demo-worker-1": "missing", "demo-worker-2": "replaced (needs configure)"}
 

@@ -64,7 +64,13 @@ def test_groups_and_host_vars(tmp_path):
     assert list(inv["children"]["workers"]["hosts"]) == ["demo-worker-1", "demo-worker-2"]
     assert inv["children"]["gpu"]["hosts"] == {}
     w = inv["hosts"]["demo-worker-2"]
-    assert (w["ansible_host"], w["private_ip"], w["node_role"], w["node_index"], w["gpus"]) == ("demo-worker-2", "10.77.0.12", "worker", 2, 0)
+    assert (w["ansible_host"], w["private_ip"], w["node_role"], w["node_index"], w["gpus"]) == (
+        "demo-worker-2",
+        "10.77.0.12",
+        "worker",
+        2,
+        0,
+    )
     assert w["deployer_host_key"] == boot.host_key(st, "demo-worker-2").public
     assert inv["vars"]["deployer_cluster_cidr"] == "10.77.0.0/24"
     assert inv["vars"]["deployer_provider"] == "local"
@@ -89,7 +95,9 @@ def test_a_replaced_node_leaves_the_inventory_as_it_was(tmp_path):
     st = _state(tmp_path, LOCAL)
     before = {**LOCAL, "nodes": [{**n, "id": f"old-{i}"} for i, n in enumerate(LOCAL["nodes"])]}
     after = {**LOCAL, "nodes": [{**n, "id": "new-1" if i == 1 else f"old-{i}"} for i, n in enumerate(LOCAL["nodes"])]}
-    assert inventory.render(Cluster.parse(before), ClusterSpec(nodes=3), st) == inventory.render(Cluster.parse(after), ClusterSpec(nodes=3), st)
+    assert inventory.render(Cluster.parse(before), ClusterSpec(nodes=3), st) == inventory.render(
+        Cluster.parse(after), ClusterSpec(nodes=3), st
+    )
 
 
 def test_write_produces_yaml_and_hostfile(tmp_path):
@@ -99,7 +107,16 @@ def test_write_produces_yaml_and_hostfile(tmp_path):
     assert (st.inventory_dir / "hostfile").read_text().count("\n") == 3
 
 
-@pytest.mark.parametrize("query, expected", [(None, "demo-master"), ("master", "demo-master"), ("worker-2", "demo-worker-2"), ("demo-worker-1", "demo-worker-1"), ("10.77.0.11", "demo-worker-1")])
+@pytest.mark.parametrize(
+    "query, expected",
+    [
+        (None, "demo-master"),
+        ("master", "demo-master"),
+        ("worker-2", "demo-worker-2"),
+        ("demo-worker-1", "demo-worker-1"),
+        ("10.77.0.11", "demo-worker-1"),
+    ],
+)
 def test_find_node(query, expected):
     assert Cluster.parse(LOCAL).find(query).name == expected
 

@@ -50,8 +50,12 @@ def rendered(tmp_path_factory):
         "vars_files": [str(ROLE / "defaults/main.yml")],
         "vars": {"jupyterlab_hashed_password": "argon2:$argon2id$v=19$m=10240,t=10,p=8$c2FsdA$aGFzaA"},
         "tasks": [
-            {"ansible.builtin.template": {"src": str(tpl / "jupyterlab.service.j2"), "dest": str(out / "jupyterlab.service"), "mode": "0644"}},
-            {"ansible.builtin.template": {"src": str(tpl / "deployer-jupyterlab.json.j2"), "dest": str(out / "config.json"), "mode": "0600"}},
+            {"ansible.builtin.template": {
+                "src": str(tpl / "jupyterlab.service.j2"), "dest": str(out / "jupyterlab.service"), "mode": "0644",
+            }},
+            {"ansible.builtin.template": {
+                "src": str(tpl / "deployer-jupyterlab.json.j2"), "dest": str(out / "config.json"), "mode": "0600",
+            }},
             {"ansible.builtin.template": {"src": str(tpl / "kernel.json.j2"), "dest": str(out / "kernel.json"), "mode": "0644"}},
         ],
     }]
@@ -67,7 +71,9 @@ def test_the_unit_binds_the_loopback_on_the_command_line(rendered):
     assert "--ServerApp.ip=127.0.0.1" in exec_start and "--ServerApp.port=8888" in exec_start
     assert "--ServerApp.port_retries=0" in exec_start, "a taken port must fail, not move where the tunnel does not go"
     # A login shell: /etc/profile.d/deployer-env.sh gives the same PATH as `deployer ssh`.
-    assert exec_start.startswith("ExecStart=/bin/bash -lc 'exec /shared/venv/bin/jupyter lab --config=/etc/jupyter/deployer-jupyterlab.json")
+    assert exec_start.startswith(
+        "ExecStart=/bin/bash -lc 'exec /shared/venv/bin/jupyter lab --config=/etc/jupyter/deployer-jupyterlab.json"
+    )
     assert "User=deployer" in unit and "WorkingDirectory=/shared" in unit and "RequiresMountsFor=/shared" in unit
 
 

@@ -40,7 +40,11 @@ def test_nft_accepts_the_ruleset(only_master):
 def test_parse_containers_keeps_the_clusters_nodes_only():
     every = "demo-master\ndemo-worker-1\ndemo-worker-12\ndemo-workers\ndemo2-master\nother-master\n"
     running = "demo-master\ndemo-workers\nother-master\n"
-    assert node.parse_containers(every, running, "demo") == {"demo-master": "running", "demo-worker-1": "stopped", "demo-worker-12": "stopped"}
+    assert node.parse_containers(every, running, "demo") == {
+        "demo-master": "running",
+        "demo-worker-1": "stopped",
+        "demo-worker-12": "stopped",
+    }
     assert node.parse_containers("", "", "demo") == {}
 
 
@@ -71,7 +75,9 @@ def test_terraform_hands_the_driver_exactly_its_arguments():
     fields = {cls: {f.name for f in dataclasses.fields(cls)} for cls in (network.NetworkUp, node.NodeUp)}
     assert set(inputs["network"]["network"]) == fields[network.NetworkUp]
     assert set(inputs["node"]["node"]) | {"instance_id"} == fields[node.NodeUp]
-    assert "merge(self.input.node, { instance_id = self.id })" in (Path(__file__).resolve().parents[2] / "terraform" / "local" / "main.tf").read_text()
+    assert "merge(self.input.node, { instance_id = self.id })" in (
+        Path(__file__).resolve().parents[2] / "terraform" / "local" / "main.tf"
+    ).read_text()
 
 
 def test_cpu_plan_gives_each_node_its_own_cores_when_there_are_enough():

@@ -38,7 +38,8 @@ def inventory(tmp: Path, *, gpu_hosts=("demo-worker-2",), nodes=3, ip_base="10.7
                        "node_role": "master" if i == 0 else "worker", "node_index": i,
                        "gpus": 1 if name in gpu_hosts else 0}
     inv = {"all": {
-        "vars": {"deployer_cluster_name": "demo", "deployer_provider": "local", "deployer_grafana_installable": False, "deployer_shared_storage": "host_bind", "deployer_host_package_sources": True, "deployer_ssh_user": "deployer",
+        "vars": {"deployer_cluster_name": "demo", "deployer_provider": "local", "deployer_grafana_installable": False,
+                 "deployer_shared_storage": "host_bind", "deployer_host_package_sources": True, "deployer_ssh_user": "deployer",
                  "deployer_shared_dir": "/shared", "deployer_cluster_cidr": f"{ip_base}0/24",
                  "deployer_monitoring_enabled": True, "deployer_monitoring_expose": False,
                  "deployer_monitoring_allowed_cidrs": [], "deployer_monitoring_retention": "15d",

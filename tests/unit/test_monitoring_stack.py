@@ -46,7 +46,8 @@ BINARIES = {
 }
 missing = [n for n, path in BINARIES.items() if path is None] + ([] if ANSIBLE_PLAYBOOK else ["ansible-playbook"])
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    bool(missing), reason=f"not installed: {', '.join(missing)} (apt-get install prometheus prometheus-node-exporter prometheus-pushgateway)"
+    bool(missing),
+    reason=f"not installed: {', '.join(missing)} (apt-get install prometheus prometheus-node-exporter prometheus-pushgateway)",
 )]
 
 RESULT = {
@@ -107,7 +108,8 @@ def render_config(tmp: Path, ports: dict[str, int], rules_dir: Path) -> Path:
     """prometheus.yml as the prometheus role renders it, and the Pushgateway's web config
     (pushgateway-web.yml beside it) as the pushgateway role does, from the login in tmp/secrets."""
     inv = {"all": {
-        "vars": {"deployer_cluster_name": "stack", "deployer_provider": "local", "deployer_grafana_installable": False, "deployer_shared_storage": "host_bind", "deployer_host_package_sources": True, "deployer_monitoring_retention": "1d",
+        "vars": {"deployer_cluster_name": "stack", "deployer_provider": "local", "deployer_grafana_installable": False,
+                 "deployer_shared_storage": "host_bind", "deployer_host_package_sources": True, "deployer_monitoring_retention": "1d",
                  "deployer_repo_dir": str(REPO)},
         "hosts": {"stack-master": {"private_ip": "127.0.0.1", "node_role": "master", "node_index": 0, "gpus": 0}},
         "children": {"master": {"hosts": {"stack-master": {}}}, "workers": {"hosts": {}}, "gpu": {"hosts": {}}},

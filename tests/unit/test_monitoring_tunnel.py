@@ -182,7 +182,9 @@ def test_describe_print_without_tunnel_gives_a_command(tmp_path):
 
 
 def test_describe_local_is_direct_and_says_why_no_grafana(tmp_path):
-    local = typed({"name": "d", "grafana_installable": False, "nodes": [{"name": "d-master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10"}]})
+    local = typed(
+        {"name": "d", "grafana_installable": False, "nodes": [{"name": "d-master", "private_ip": "10.77.0.10", "public_ip": "10.77.0.10"}]}
+    )
     seen = dashboard.view(local, grafana_wanted=True)
     assert seen == {"grafana": False, "wanted": True, "direct": True, "public_host": None}
     d = dashboard.describe("10.77.0.10", grafana=seen["grafana"], wanted=seen["wanted"], direct=seen["direct"], secrets_dir=tmp_path)

@@ -40,19 +40,28 @@ def test_the_master_gets_the_credential_root_only_and_a_timer(tmp_path):
     tpl = role / "templates"
     play = [{
         "hosts": "master", "gather_facts": False, "vars_files": [str(role / "defaults/main.yml")],
-        "vars": {"deployer_teardown_server_id": "srv-123", "deployer_cluster_id": "0123456789ab", "deployer_teardown_script": "/x/openstack_teardown.py",
+        "vars": {"deployer_teardown_server_id": "srv-123", "deployer_cluster_id": "0123456789ab",
+                 "deployer_teardown_script": "/x/openstack_teardown.py",
                  "teardown_timer_credential": "{{ lookup('ansible.builtin.file', teardown_timer_credential_file) | from_json }}"},
-        "tasks": [{"ansible.builtin.template": {"src": str(tpl / f), "dest": str(out / f.removesuffix(".j2")), "mode": "0600"}, "no_log": True}
+        "tasks": [{"ansible.builtin.template": {"src": str(tpl / f), "dest": str(out / f.removesuffix(".j2")), "mode": "0600"},
+                   "no_log": True}
                   for f in ("teardown-clouds.yaml.j2", "deployer-teardown.service.j2", "deployer-teardown.timer.j2")],
     }]
-    r = run_playbook(play, inventory(tmp_path), tmp_path, "-e", json.dumps({"ansible_connection": "local", "ansible_python_interpreter": sys.executable}))
+    r = run_playbook(
+        play, inventory(tmp_path), tmp_path, "-e", json.dumps({"ansible_connection": "local", "ansible_python_interpreter": sys.executable})
+    )
     assert r.returncode == 0, r.stdout[-3000:]
     assert "s3cr3t" not in r.stdout + r.stderr, "no_log: the secret is never printed"
     clouds = yaml.safe_load((out / "teardown-clouds.yaml").read_text())["clouds"]["deployer-teardown"]
     assert clouds["auth_type"] == "v3applicationcredential" and clouds["region_name"] == "RegionOne"
-    assert clouds["auth"] == {"auth_url": cred["auth_url"], "application_credential_id": "cred-id", "application_credential_secret": "s3cr3t"}
+    assert clouds["auth"] == {
+        "auth_url": cred["auth_url"], "application_credential_id": "cred-id", "application_credential_secret": "s3cr3t",
+    }
     service = (out / "deployer-teardown.service").read_text()
-    assert "--cluster demo --cluster-id 0123456789ab --server-id srv-123" in service and "OS_CLIENT_CONFIG_FILE=/etc/deployer/teardown-clouds.yaml" in service
+    assert (
+        "--cluster demo --cluster-id 0123456789ab --server-id srv-123" in service
+        and "OS_CLIENT_CONFIG_FILE=/etc/deployer/teardown-clouds.yaml" in service
+    )
     assert "OnCalendar=*:0/5" in (out / "deployer-teardown.timer").read_text()
 
 

@@ -81,7 +81,10 @@ def _cluster():
 
 
 def test_wait_returns_once_every_node_is_ready(monkeypatch):
-    answers = {"lab-master": [Probe(0, DONE, "")], "lab-worker-1": [Probe(255, "", "Connection refused"), Probe(0, "status: running\n", ""), Probe(0, DONE, "")]}
+    answers = {
+        "lab-master": [Probe(0, DONE, "")],
+        "lab-worker-1": [Probe(255, "", "Connection refused"), Probe(0, "status: running\n", ""), Probe(0, DONE, "")],
+    }
     monkeypatch.setattr(readiness, "probe", lambda state, cluster, node, timeout, running=None: answers[node.name].pop(0))
     ready = readiness.wait_for_boot(None, _cluster(), timeout_s=30, hint=lambda n: f"logs of {n}")
     assert set(ready) == {"lab-master", "lab-worker-1"}

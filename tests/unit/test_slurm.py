@@ -23,7 +23,8 @@ LXC = json.loads((FIXTURES / "lxc-node-facts.json").read_text())
 # A cloud VM's facts: cgroup v2 (no memory.max at the root cgroup), Slurm 22.05, a
 # driver with NVML, two GPUs; its slurmd -C is the recorded one.
 MACHINE_CPUS = int(slurm.parse_slurmd_c(LXC["slurmd_c"])["CPUs"])
-VM = {**LXC, "memory_limits": [], "cpus_allowed": f"0-{MACHINE_CPUS - 1}", "container": "none", "cgroup_fs": "cgroup2fs", "cgroup_controllers": "cpuset cpu io memory hugetlb pids rdma misc",
+VM = {**LXC, "memory_limits": [], "cpus_allowed": f"0-{MACHINE_CPUS - 1}", "container": "none", "cgroup_fs": "cgroup2fs",
+      "cgroup_controllers": "cpuset cpu io memory hugetlb pids rdma misc",
       "cgroup_v1_writable": False, "slurm_version": "slurm-wlm 22.05.8", "nvml": False,
       "gpu_devices": ["/dev/nvidia0", "/dev/nvidia1"]}
 

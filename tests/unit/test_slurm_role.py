@@ -110,7 +110,9 @@ def test_the_local_node_facts_render_a_cpu_only_conf(tmp_path):
         pytest.skip("ansible-playbook not installed (pip install ansible-core)")
     inv_path = inventory(tmp_path, gpu_hosts=(), nodes=2)
     play = [{"hosts": "master", "gather_facts": False, "vars_files": [str(ROLE / "defaults/main.yml")],
-             "tasks": [{"ansible.builtin.template": {"src": str(ROLE / "templates/slurm.conf.j2"), "dest": str(tmp_path / "slurm.conf"), "mode": "0644"}}]}]
+             "tasks": [{"ansible.builtin.template": {
+                 "src": str(ROLE / "templates/slurm.conf.j2"), "dest": str(tmp_path / "slurm.conf"), "mode": "0644",
+             }}]}]
     ev = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
           "slurm_facts": {"demo-master": LXC, "demo-worker-1": LXC}}
     r = run_playbook(play, inv_path, tmp_path, "-e", json.dumps(ev))

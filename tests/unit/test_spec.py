@@ -25,7 +25,14 @@ def test_openstack_defaults_to_ubuntu_user(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "nodes, fragment",
-    [("0", "at least 1"), ("-2", "at least 1"), ("two", "whole number"), ("2.5", "whole number"), ("", "whole number"), ("65", "at most 64")],
+    [
+        ("0", "at least 1"),
+        ("-2", "at least 1"),
+        ("two", "whole number"),
+        ("2.5", "whole number"),
+        ("", "whole number"),
+        ("65", "at most 64"),
+    ],
 )
 def test_bad_node_counts(nodes, fragment, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

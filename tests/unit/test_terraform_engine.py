@@ -97,7 +97,9 @@ def test_nothing_to_hand_over(tmp_path):
 
 def test_unreadable_clouds_yaml_is_refused_with_the_fix(tmp_path):
     (tmp_path / "clouds.yaml").mkdir()  # exists, cannot be read as a file (even by root)
-    with pytest.raises(PreflightError, match=r"clouds.yaml \(found in the working directory\) cannot be read .*fix its permissions or path"):
+    with pytest.raises(
+        PreflightError, match=r"clouds.yaml \(found in the working directory\) cannot be read .*fix its permissions or path"
+    ):
         client_config_env(None, cwd=tmp_path, environ={})
 
 

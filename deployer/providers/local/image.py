@@ -231,7 +231,8 @@ def _finish_image(rootfs: Path) -> None:
         key.unlink()
     (rootfs / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
     (rootfs / "etc/ssh/sshd_config.d/10-deployer.conf").write_text(
-        "# Keys only, as on a cloud image.\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nUseDNS no\n"
+        "# Keys only, as on a cloud image.\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        "PermitRootLogin prohibit-password\nUseDNS no\n"
     )
     (rootfs / "etc/cloud/cloud.cfg.d/90-deployer-local.cfg").write_text(CLOUD_CFG)
     # Every clone must get its own machine-id and a cloud-init that has never run.

@@ -226,4 +226,7 @@ def node_down(name: str, cluster_id: str | None = None) -> None:
 
 def boot_log_hint(name: str) -> str:
     """Where to look when a node does not come up."""
-    return f"`lxc-attach -n {name} -- journalctl -b --no-pager` and `lxc-attach -n {name} -- cat /var/log/cloud-init.log`, or {LXC_PATH / name / 'lxc.log'}"
+    return (
+        f"`lxc-attach -n {name} -- journalctl -b --no-pager` and `lxc-attach -n {name} -- cat /var/log/cloud-init.log`, "
+        f"or {LXC_PATH / name / 'lxc.log'}"
+    )

@@ -189,7 +189,9 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
             min_disk = int(image.min_disk or 0)
             if o.root_volume_size:
                 if min_disk > o.root_volume_size:
-                    problems.append(f"image {o.image!r} needs a {min_disk} GB root disk; set openstack.root_volume_size to {min_disk} or more")
+                    problems.append(
+                        f"image {o.image!r} needs a {min_disk} GB root disk; set openstack.root_volume_size to {min_disk} or more"
+                    )
             elif not flavor.disk:
                 problems.append(
                     f"flavor {o.flavor!r} has no root disk (0 GB): boot from a volume with openstack.root_volume_size "
