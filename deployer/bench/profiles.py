@@ -12,21 +12,11 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
-    from .training import TrainOptions
-
 
 MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
-
-
 MODES = ("dp", "ensemble")
-
-
 ALLREDUCE_BACKENDS = ("auto", "mpi", "torch")
-
-
 LAUNCHERS = ("mpirun", "slurm")  # --via: mpirun over the hostfile, or an sbatch job per run
-
-
 _SIZE = re.compile(r"(\d+)([KMG]?)", re.IGNORECASE)
 
 
@@ -142,7 +132,7 @@ def threads_per_rank(cluster: Cluster, counts: tuple[int, ...]) -> int | None:
     return max(1, int(shared) // ranks)
 
 
-def cpu_sharing(cluster: Cluster, opts: BenchOptions | TrainOptions) -> dict[str, Any] | None:
+def cpu_sharing(cluster: Cluster, opts: Sized) -> dict[str, Any] | None:
     """For the report: nodes share cores, so E(N) cannot pass cores / (ranks x threads)."""
     shared = cluster.shared_cpus
     if not shared or not opts.threads:
@@ -198,3 +188,11 @@ class Launch(Protocol):
     def run_timeout_s(self) -> int: ...
     @property
     def queue_timeout_s(self) -> int: ...
+
+
+class Sized(Protocol):
+    """What a sweep's options say about its size (BenchOptions, training.TrainOptions)."""
+    @property
+    def nodes(self) -> tuple[int, ...]: ...
+    @property
+    def threads(self) -> int | None: ...
