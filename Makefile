@@ -47,7 +47,7 @@ demo: deps
 test: deps
 	$(SUDO) $(PY) -m pytest tests/unit tests/cloud tests/integration
 
-# No root, no cluster, only real parts that take seconds: under a minute (tests/conftest.py).
+# No root, no cluster, only real parts that take seconds: ~80 s here (tests/conftest.py; README, "Tests").
 fast: deps
 	$(PY) -m pytest -m "not integration and not slow and not cloud and not vm" tests
 

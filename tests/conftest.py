@@ -2,7 +2,7 @@
 
 - fast: `pytest -m "not integration and not slow and not cloud and not vm"` (`make fast`): no root, no cluster;
   real parts only where they take seconds (Terraform's parser, a two-task ansible-runner
-  play on localhost, a stand-in sshd); under a minute.
+  play on localhost, a stand-in sshd); ~80 s on two cores, most of it real subprocesses waited for.
 - slow: heavier real parts that need no root (mpirun + torch benchmarks, Prometheus and
   its exporters, Ansible rendering every role, ansible-lint); `make unit` runs both.
 - cloud: a real OpenStack control plane on 127.0.0.1 (root; tests/cloud/testcloud.py),
