@@ -76,7 +76,6 @@ def render(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> dict
         "deployer_repo_dir": str(assets_root()),
         # The teardown_timer role runs everywhere (it removes a timer a cluster no longer
         # wants); what it installs, and for which servers, only the provider knows.
-        "deployer_teardown_script": str(Path(__file__).parent / "providers" / "openstack" / "teardown.py"),
         **get_provider(cluster.provider).inventory_vars(spec, state, cluster),
     }
     return {

@@ -90,3 +90,22 @@ def test_access_rules_follow_the_catalogs_compute_endpoint(endpoint, api):
     assert {("GET", f"{api}/servers/s1"), ("DELETE", f"{api}/servers/s1"), ("GET", f"{api}/servers/s2"),
             ("DELETE", f"{api}/servers/s2"), ("GET", f"{root}/v2.1"), ("GET", f"{root}/")} <= rules
     assert not any("*" in p or p.endswith("/servers/detail") for _, p in rules)
+
+
+def test_the_inventory_names_the_teardown_script_the_role_copies(tmp_path):
+    """The script path the teardown_timer role installs on the master comes from the
+    OpenStack provider, and is the file that is there (the role's copy would fail on the
+    cloud otherwise: no local run copies it)."""
+    from deployer.providers.local.provider import LocalProvider
+    from deployer.providers.openstack import teardown
+    from deployer.providers.openstack.provider import OpenStackProvider
+    from deployer.state import ClusterState
+    from tests.clusters import typed
+
+    cfg = tmp_path / "cluster.yaml"
+    cfg.write_text("provider: openstack\nttl: 8h\nopenstack:\n  auto_teardown: true\n")
+    cluster = typed({"provider": "openstack", "nodes": [{"name": "t-master", "id": "m"}, {"name": "t-worker-1", "id": "w"}]})
+    got = OpenStackProvider().inventory_vars(build_spec(cfg), ClusterState(tmp_path, "t"), cluster)
+    assert got["deployer_teardown_script"] == teardown.__file__ and got["deployer_teardown_server_id"] == "m"
+    off = LocalProvider().inventory_vars(build_spec(None), ClusterState(tmp_path, "t"), cluster)
+    assert set(off) == set(got) and off["deployer_teardown_script"] is None

@@ -294,7 +294,7 @@ class LocalProvider:
 
     def inventory_vars(self, spec: "ClusterSpec", state: "ClusterState", cluster: Cluster) -> dict[str, Any]:
         return {"deployer_auto_teardown": False, "deployer_teardown_credential_id": None, "deployer_teardown_server_id": None,
-                "deployer_teardown_worker_ids": []}
+                "deployer_teardown_worker_ids": [], "deployer_teardown_script": None}
 
     def expired_in_cloud(self, env: dict[str, str], at: datetime) -> list[CloudCluster]:
         return []  # a container carries no expiry: the state dir's lifetime.json is the only one

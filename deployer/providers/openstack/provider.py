@@ -136,6 +136,7 @@ class OpenStackProvider:
             "deployer_teardown_credential_id": (read_teardown_credential(state) or {}).get("id") if on else None,
             "deployer_teardown_server_id": cluster.master.id if on else None,
             "deployer_teardown_worker_ids": [n.id for n in cluster.workers] if on else [],
+            "deployer_teardown_script": str(Path(__file__).parent / "teardown.py") if on else None,
         }
 
     def expired_in_cloud(self, env: dict[str, str], at: datetime) -> list[CloudCluster]:
