@@ -128,6 +128,35 @@ def status(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_out: 
     show(info)
 
 
+@app.command()
+def check(
+    level: Annotated[
+        str, typer.Option("--level", help="quick (seconds: each node, the shared dir, the runtime) | standard | full")
+    ] = "quick",
+    name: NameOpt = None,
+    state_dir: StateOpt = DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """An acceptance report of the cluster: every node checked at once, a verdict per node
+    (pass, warn, fail with the reason) and for the cluster; exit 1 when a node fails."""
+    from .check.model import LEVELS
+
+    if level not in LEVELS:
+        raise UsageError(f"--level {level!r}: use one of {', '.join(LEVELS)}")
+    st = _state(name, state_dir)
+    cluster = _up_cluster(st)
+    from .check.run import raise_on_failure, run_check
+    from .check.show import table
+
+    with st.lock("check"):
+        ui.step(f"check ({level}): {len(cluster.nodes)} node(s) at once")
+        report = run_check(st, cluster, level)
+    ui.err.print(table(report))
+    if json_out:
+        ui.print_json(report.to_record())
+    raise_on_failure(report, cluster)
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def ssh(
     ctx: typer.Context,

@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""One node's half of `deployer check`: what this node can say about itself.
+
+    python3 /shared/benchmarks/node_check.py --shared /shared --token RUN [--level quick] [--gpus N]
+
+Prints, as it goes, `STEP <name>` when a check starts (the controller names the last one
+should the node fall silent) and `CHECK {json}` when it ends: {"check", "status" (pass,
+warn, fail, skip), "detail", and "value" where there is a figure}. The controller
+(deployer/check/) compares the nodes with each other and with what the cluster promises,
+and gives the verdicts; this script only measures and says what it saw. Standard library
+only: it runs on the node's own python3, before and whatever the training venv is.
+
+Checks: the clock (time, NTP synchronised), free space on / and the shared dir, the shared
+dir mounted and writable (a file per node under <shared>/.deployer-check/<token>/, read
+back by the controller from the master: shared, not only local), CPUs and memory, the
+training environment (torch and mpi4py import in a login shell's python), the interface
+NCCL and gloo use. With --gpus N: nvidia-smi's GPUs, ECC and PCIe link (deployer's
+gpu_facts reads the text), and at --level standard and full the GPU check
+(benchmarks/gpu_check.py) and DCGM's diagnostics where dcgmi is installed (-r 2, -r 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+GIB = 1 << 30
+# Free space below these fails or warns: a checkpoint or a dataset will not fit.
+DISK_FAIL_BYTES, DISK_WARN_BYTES, DISK_WARN_FRACTION = 1 * GIB, 5 * GIB, 0.05
+DCGM_LEVEL = {"standard": 2, "full": 3}
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def emit(tag: str, payload: Any) -> None:
+    print(f"{tag} {payload if isinstance(payload, str) else json.dumps(payload)}", flush=True)
+
+
+def result(check: str, status: str, detail: str, value: Any = None) -> dict[str, Any]:
+    return {"check": check, "status": status, "detail": detail, **({"value": value} if value is not None else {})}
+
+
+def run(argv: list[str], timeout: float) -> tuple[int, str]:
+    """rc and stdout+stderr of argv; 124 on timeout, 127 when it is not installed."""
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        return 127, f"{argv[0]}: not installed"
+    except subprocess.TimeoutExpired:
+        return 124, f"{' '.join(argv)}: no answer in {timeout:.0f}s"
+    return p.returncode, (p.stdout + p.stderr).strip()
+
+
+def check_clock() -> dict[str, Any]:
+    """The node's time (the controller computes the offset from when it read it) and
+    whether systemd-timesyncd or chrony says the clock is synchronised."""
+    rc, out = run(["timedatectl", "show", "-p", "NTPSynchronized", "--value"], 10)
+    synced = {"yes": True, "no": False}.get(out.strip()) if rc == 0 else None
+    said = {True: "NTP synchronised", False: "NTP not synchronised", None: "NTP state unknown (no timedatectl answer)"}[synced]
+    return result("clock", "pass", said, {"time": time.time(), "ntp_synchronized": synced})
+
+
+def check_disk(name: str, path: str) -> dict[str, Any]:
+    try:
+        st = os.statvfs(path)
+    except OSError as e:
+        return result(name, "fail", f"{path}: {e.strerror}")
+    free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+    value = {"path": path, "free_bytes": free, "total_bytes": total}
+    said = f"{path}: {free / GIB:.1f} GiB free of {total / GIB:.1f} GiB"
+    if free < DISK_FAIL_BYTES:
+        return result(name, "fail", said, value)
+    if free < DISK_WARN_BYTES or (total and free / total < DISK_WARN_FRACTION):
+        return result(name, "warn", said, value)
+    return result(name, "pass", said, value)
+
+
+def _mount_point(path: str) -> str | None:
+    """The mount point `path` is on (/proc/self/mountinfo), its source and type beside it."""
+    real = os.path.realpath(path)
+    best = None
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                point = fields[4].replace("\\040", " ")
+                if real == point or real.startswith(point.rstrip("/") + "/"):
+                    if best is None or len(point) >= len(best):
+                        best = point
+    except OSError:
+        return None
+    return best
+
+
+def check_shared(shared: str, token: str) -> dict[str, Any]:
+    """The shared dir is a mount of its own (not the root disk's directory, as on a node
+    whose mount went) and takes a file, read back here; the controller reads every node's
+    from the master."""
+    point = _mount_point(shared)
+    if point != os.path.realpath(shared):
+        return result("shared_dir", "fail", f"{shared} is not mounted (it is a directory on {point or '?'}): "
+                      f"the cluster's shared storage is missing on this node")
+    mine = os.path.join(shared, ".deployer-check", token, socket.gethostname())
+    try:
+        os.makedirs(os.path.dirname(mine), exist_ok=True)
+        with open(mine, "w") as f:
+            f.write(socket.gethostname() + "\n")
+        with open(mine) as f:
+            ok = f.read().strip() == socket.gethostname()
+    except OSError as e:
+        return result("shared_dir", "fail", f"{shared}: cannot write ({e.strerror})")
+    if not ok:
+        return result("shared_dir", "fail", f"{shared}: a file written here reads back different")
+    return result("shared_dir", "pass", f"{shared} mounted and writable", {"file": mine})
+
+
+def check_size() -> dict[str, Any]:
+    """CPUs this node may use and its memory; the controller compares the nodes."""
+    cpus = len(os.sched_getaffinity(0))
+    mem = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+    return result("size", "pass", f"{cpus} CPU(s), {mem / GIB:.1f} GiB", {"cpus": cpus, "memory_bytes": mem})
+
+
+def check_runtime(timeout: float) -> dict[str, Any]:
+    """torch and mpi4py import in the python a login shell finds (the training venv)."""
+    code = "import json, torch, mpi4py; print(json.dumps({'torch': torch.__version__, 'mpi4py': mpi4py.__version__}))"
+    rc, out = run(["bash", "-lc", f"python -c {json.dumps(code)}"], timeout)
+    if rc != 0:
+        return result("runtime", "fail", f"the training environment does not import: {out.splitlines()[-1] if out else rc}")
+    versions = json.loads(out.splitlines()[-1])
+    return result("runtime", "pass", f"torch {versions['torch']}, mpi4py {versions['mpi4py']}", versions)
+
+
+def check_interface() -> dict[str, Any]:
+    """The interface NCCL and gloo use (the login shell's NCCL_SOCKET_IFNAME) exists, is up
+    and has an address; the controller checks it is the same on every node."""
+    rc, out = run(["bash", "-lc", "echo ${NCCL_SOCKET_IFNAME:-}/${GLOO_SOCKET_IFNAME:-}"], 15)
+    nccl, _, gloo = out.strip().partition("/")
+    name = (nccl or gloo).split(",")[0]
+    if not name:
+        return result("interface", "warn", "NCCL_SOCKET_IFNAME is not set: NCCL and gloo pick an interface themselves")
+    state_file = f"/sys/class/net/{name}/operstate"
+    if not os.path.exists(state_file):
+        return result("interface", "fail", f"NCCL_SOCKET_IFNAME={name}: no such interface on this node", {"name": name})
+    with open(state_file) as f:
+        state = f.read().strip()
+    if state not in ("up", "unknown"):
+        return result("interface", "fail", f"{name} is {state}", {"name": name})
+    return result("interface", "pass", f"NCCL and gloo use {name} ({state})", {"name": name, "gloo": gloo or None})
+
+
+def check_gpus(expected: int, timeout: float) -> dict[str, Any]:
+    """nvidia-smi -q as text: the controller reads count, model, ECC and the PCIe link."""
+    rc, out = run(["nvidia-smi", "-q"], timeout)
+    if rc != 0:
+        return result("gpus", "fail", f"nvidia-smi failed: {out.splitlines()[-1] if out else rc}")
+    return result("gpus", "pass", f"nvidia-smi answered (expecting {expected} GPU(s))", {"smi_q": out})
+
+
+def check_gpu_run(timeout: float) -> dict[str, Any]:
+    """benchmarks/gpu_check.py in the training environment: CUDA works, NCCL inside the node."""
+    rc, out = run(["bash", "-lc", f"python {HERE}/gpu_check.py"], timeout)
+    lines = [x for x in out.splitlines() if x.startswith("{")]
+    record = json.loads(lines[-1]) if lines else {}
+    if rc != 0:
+        return result("gpu_run", "fail", record.get("error") or (out.splitlines() or [f"rc {rc}"])[-1], record or None)
+    return result("gpu_run", "pass", "CUDA and NCCL inside the node work", record)
+
+
+def check_dcgm(level: int, timeout: float) -> dict[str, Any]:
+    rc, out = run(["dcgmi", "diag", "-r", str(level), "-j"], timeout)
+    if rc == 127:
+        return result("dcgm", "skip", "DCGM is not installed (monitoring.dcgm installs it on GPU nodes)")
+    start = out.find("{")
+    if start < 0:
+        return result("dcgm", "fail", f"dcgmi diag -r {level}: {out.splitlines()[-1] if out else rc}")
+    return result("dcgm", "pass", f"dcgmi diag -r {level} answered", {"level": level, "diag": json.loads(out[start:])})
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--shared", required=True)
+    p.add_argument("--token", required=True, help="this check's id: the shared dir's files are kept apart by it")
+    p.add_argument("--level", choices=("quick", "standard", "full"), default="quick")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs the cluster says this node has")
+    p.add_argument("--timeout", type=float, default=60, help="seconds one check may take")
+    a = p.parse_args(argv)
+    checks: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("clock", check_clock),
+        ("disk_root", lambda: check_disk("disk_root", "/")),
+        ("shared_dir", lambda: check_shared(a.shared, a.token)),
+        ("disk_shared", lambda: check_disk("disk_shared", a.shared)),
+        ("size", check_size),
+        ("interface", check_interface),
+        ("runtime", lambda: check_runtime(a.timeout)),
+    ]
+    if a.gpus:
+        checks.append(("gpus", lambda: check_gpus(a.gpus, a.timeout)))
+        if a.level in DCGM_LEVEL:
+            checks.append(("gpu_run", lambda: check_gpu_run(a.timeout * 3)))
+            checks.append(("dcgm", lambda: check_dcgm(DCGM_LEVEL[a.level], a.timeout * (5 if a.level == "full" else 2))))
+    for name, fn in checks:
+        emit("STEP", name)
+        try:
+            emit("CHECK", fn())
+        except Exception as e:  # a check that breaks is that check failing, named; the rest still run
+            emit("CHECK", result(name, "fail", f"the check itself failed: {e.__class__.__name__}: {e}"))
+    emit("DONE", socket.gethostname())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

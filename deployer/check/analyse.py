@@ -1,0 +1,104 @@
+"""The verdicts `deployer check` gives from what the nodes said (benchmarks/node_check.py):
+each node against its own limits, and against the other nodes, since one bad node among
+equals is what costs a sweep its days. Pure functions of the findings: unit-tested on
+recorded answers, no cluster needed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from .model import Finding, NodeReport, Status
+
+# Clock: two nodes further apart than this garble the timeline and the logs (warn); far
+# enough to break munge (Slurm) or TLS (fail).
+CLOCK_WARN_S, CLOCK_FAIL_S = 1.0, 5.0
+# A node with less memory than this share of the others' median is not the flavor they are.
+MEMORY_SHARE = 0.9
+
+
+def _value(node: NodeReport, check: str) -> Any:
+    f = next((f for f in node.findings if f.check == check), None)
+    return f.value if f is not None and f.status != "fail" else None
+
+
+def _replace(node: NodeReport, check: str, status: Status, detail: str) -> None:
+    node.findings = [replace(f, status=status, detail=detail) if f.check == check else f for f in node.findings]
+
+
+def clock(nodes: list[NodeReport], received_at: dict[str, float]) -> None:
+    """Each node's clock against the controller's: the node's time when it said it, less the
+    time the line arrived here (the network's delay makes it an under-estimate by ms)."""
+    for n in nodes:
+        v = _value(n, "clock")
+        if not isinstance(v, dict) or n.name not in received_at:
+            continue
+        offset = v["time"] - received_at[n.name]
+        v["offset_s"] = round(offset, 3)
+        ntp = {True: "NTP synchronised", False: "NTP not synchronised", None: "NTP state unknown"}[v.get("ntp_synchronized")]
+        said = f"{offset:+.2f} s from this machine's clock ({ntp})"
+        status: Status = "fail" if abs(offset) > CLOCK_FAIL_S else "warn" if abs(offset) > CLOCK_WARN_S else "pass"
+        _replace(n, "clock", status, said)
+
+
+def size(nodes: list[NodeReport]) -> None:
+    """CPUs and memory against the other nodes': the nodes of one cluster are one flavor."""
+    seen = {n.name: _value(n, "size") for n in nodes}
+    sized = {k: v for k, v in seen.items() if isinstance(v, dict)}
+    if len(sized) < 2:
+        return
+    cpus = Counter(v["cpus"] for v in sized.values()).most_common(1)[0][0]
+    for n in nodes:
+        v = sized.get(n.name)
+        if v is None:
+            continue
+        others = [o["memory_bytes"] for k, o in sized.items() if k != n.name]
+        median = statistics.median(others)
+        problems = []
+        if v["cpus"] < cpus:
+            problems.append(f"{v['cpus']} CPU(s), the others have {cpus}")
+        if median and v["memory_bytes"] < MEMORY_SHARE * median:
+            problems.append(f"{v['memory_bytes'] / (1 << 30):.1f} GiB of memory, the others {median / (1 << 30):.1f} GiB")
+        if problems:
+            _replace(n, "size", "warn", "; ".join(problems))
+
+
+def interface(nodes: list[NodeReport]) -> None:
+    """NCCL and gloo must use the same network on every node."""
+    names = {n.name: v["name"] for n in nodes if isinstance(v := _value(n, "interface"), dict) and v.get("name")}
+    if len(set(names.values())) < 2:
+        return
+    usual = Counter(names.values()).most_common(1)[0][0]
+    for n in nodes:
+        if names.get(n.name, usual) != usual:
+            _replace(n, "interface", "warn", f"NCCL and gloo use {names[n.name]} here, {usual} on the other nodes")
+
+
+def shared(nodes: list[NodeReport], seen_on_master: set[str] | None, shared_dir: str) -> None:
+    """A node whose shared dir took its file, but whose file the master does not see, has a
+    shared dir of its own: not the cluster's."""
+    if seen_on_master is None:
+        return
+    for n in nodes:
+        f = next((f for f in n.findings if f.check == "shared_dir"), None)
+        if f is not None and f.status == "pass" and n.name not in seen_on_master:
+            _replace(n, "shared_dir", "fail", f"{shared_dir} takes files, but the master does not see them: it is not "
+                                              f"the cluster's shared storage")
+
+
+def silent(node: NodeReport, step: str | None, quiet_s: float) -> None:
+    """A node that stopped answering: named with the check it was in."""
+    node.findings.append(Finding(step or "start", "fail", f"no answer for {quiet_s:.0f} s (during the {step or 'start'} "
+                                                          f"check): stopped, the node hangs there"))
+
+
+def missing(nodes: list[NodeReport], expected: list[str]) -> None:
+    """A check a node never reported (it died, or its answer was cut) fails it by name."""
+    for n in nodes:
+        said = {f.check for f in n.findings}
+        for check in expected:
+            if check not in said:
+                n.findings.append(Finding(check, "fail", "the node gave no answer for this check"))
