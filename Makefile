@@ -24,10 +24,12 @@ system-deps:
 	@# cloud-init is here for its schema validator (the tests check the user-data with it).
 	@# On a machine that did not have it, it is switched off: it must never run at this host's boot.
 	@dpkg -s cloud-init >/dev/null 2>&1 || { $(SUDO) mkdir -p /etc/cloud && $(SUDO) touch /etc/cloud/cloud-init.disabled; }
+	@# Debian's prometheus, MariaDB and RabbitMQ packages start their services on install; the
+	@# tests run their own: switched off once, right after the install (not on every make).
 	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 \
-	  || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; }
-	@# Debian's prometheus packages start their services on install; the tests run their own.
-	-@$(SUDO) systemctl disable --now prometheus prometheus-node-exporter prometheus-pushgateway mariadb rabbitmq-server >/dev/null 2>&1 || true
+	  || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null \
+	       && { $(SUDO) systemctl disable --now prometheus prometheus-node-exporter prometheus-pushgateway mariadb rabbitmq-server \
+	            >/dev/null 2>&1 || true; }; }
 
 $(VENV)/.installed: pyproject.toml | system-deps
 	python3 -m venv $(VENV)
@@ -52,7 +54,7 @@ fast: deps
 	$(PY) -m pytest -m "not integration and not slow and not cloud and not vm" tests
 
 unit: deps
-	$(SUDO) $(PY) -m pytest tests/unit
+	$(PY) -m pytest tests/unit
 
 integration: deps
 	$(SUDO) $(PY) -m pytest tests/integration

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """One node's half of `deployer check`: what this node can say about itself.
 
-    python3 /shared/benchmarks/node_check.py --shared /shared --token RUN [--level quick] [--gpus N]
+    python3 - --shared /shared --token RUN [--level quick] [--gpus N] < node_check.py
+
+The controller sends the script over SSH on stdin, so it runs whatever state the node's
+shared dir is in (a node whose /shared went is what it must find); by hand,
+`python3 /shared/benchmarks/node_check.py ...` does the same.
 
 Prints, as it goes, `STEP <name>` when a check starts (the controller names the last one
 should the node fall silent) and `CHECK {json}` when it ends: {"check", "status" (pass,
@@ -35,7 +39,6 @@ GIB = 1 << 30
 # Free space below these fails or warns: a checkpoint or a dataset will not fit.
 DISK_FAIL_BYTES, DISK_WARN_BYTES, DISK_WARN_FRACTION = 1 * GIB, 5 * GIB, 0.05
 DCGM_LEVEL = {"standard": 2, "full": 3}
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def emit(tag: str, payload: Any) -> None:
@@ -167,9 +170,9 @@ def check_gpus(expected: int, timeout: float) -> dict[str, Any]:
     return result("gpus", "pass", f"nvidia-smi answered (expecting {expected} GPU(s))", {"smi_q": out})
 
 
-def check_gpu_run(timeout: float) -> dict[str, Any]:
+def check_gpu_run(benchmarks: str, timeout: float) -> dict[str, Any]:
     """benchmarks/gpu_check.py in the training environment: CUDA works, NCCL inside the node."""
-    rc, out = run(["bash", "-lc", f"python {HERE}/gpu_check.py"], timeout)
+    rc, out = run(["bash", "-lc", f"python {benchmarks}/gpu_check.py"], timeout)
     lines = [x for x in out.splitlines() if x.startswith("{")]
     record = json.loads(lines[-1]) if lines else {}
     if rc != 0:
@@ -207,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.gpus:
         checks.append(("gpus", lambda: check_gpus(a.gpus, a.timeout)))
         if a.level in DCGM_LEVEL:
-            checks.append(("gpu_run", lambda: check_gpu_run(a.timeout * 3)))
+            checks.append(("gpu_run", lambda: check_gpu_run(f"{a.shared}/benchmarks", a.timeout * 3)))
             checks.append(("dcgm", lambda: check_dcgm(DCGM_LEVEL[a.level], a.timeout * (5 if a.level == "full" else 2))))
     for name, fn in checks:
         emit("STEP", name)

@@ -5,7 +5,7 @@ Reads what `mpirun --tag-output` prints: every rank's line is prefixed
 `[job,rank]<stdout|stderr>:`, and Open MPI reports a dead rank in its own words
 ("mpirun noticed that process rank 1 with PID 1148 on node 10.77.0.11 exited on
 signal 9 (Killed).", or "Process name: [[51033,1],1] / Exit code: 1"). Under Slurm
-(bench --via slurm) the lines carry no rank (see deployer/bench/sweep.py: sbatch_script), but
+(bench --via slurm) the lines carry no rank (see deployer/bench/commands.py: sbatch_script), but
 srun names a dead task and its node itself ("srun: error: node-1: task 1: Exited with
 exit code 1"); its last words are then the last error line anyone printed.
 """

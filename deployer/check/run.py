@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from .. import records, ui
 from ..errors import OperationFailed, RecordError
 from ..lifetime import iso, now
-from ..remote import ssh_argv
+from ..paths import assets_root
+from ..remote import MasterRunner, ssh_argv
 from . import analyse
 from .model import CheckReport, Finding, NodeReport
 
@@ -92,9 +93,14 @@ class _Watch:
 
 
 def node_command(cluster: Cluster, node: Node, level: str, token: str) -> str:
-    shared = cluster.shared_dir
-    return (f"python3 {shlex.quote(f'{shared}/{SCRIPT}')} --shared {shlex.quote(shared)} --token {token} "
-            f"--level {level} --gpus {node.gpus}")
+    """The node's command; the script itself comes on stdin (script_text)."""
+    return f"python3 - --shared {shlex.quote(cluster.shared_dir)} --token {token} --level {level} --gpus {node.gpus}"
+
+
+def script_text() -> str:
+    """benchmarks/node_check.py, sent to each node on stdin: it runs whatever state the
+    node's shared dir is in (where the copy Ansible keeps lives)."""
+    return (assets_root() / SCRIPT).read_text()
 
 
 def _stop_on_node(state: ClusterState, node: Node, token: str) -> None:
@@ -109,9 +115,16 @@ def run_check(state: ClusterState, cluster: Cluster, level: str = "quick", *, qu
     token = f"{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
     at, t0 = iso(now()), time.monotonic()
     watches: list[_Watch] = []
+    script = script_text()
     for node in cluster.nodes:
         proc = subprocess.Popen([*ssh_argv(state, node), node_command(cluster, node, level, token)], text=True, bufsize=1,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(script)
+            proc.stdin.close()
+        except BrokenPipeError:  # the connection is gone already: its rc and stderr say why
+            pass
         watches.append(_Watch(node, proc, NodeReport(node.name)))
     threads = [threading.Thread(target=fn, daemon=True) for w in watches for fn in (w.read, w.read_stderr)]
     for t in threads:
@@ -127,18 +140,33 @@ def run_check(state: ClusterState, cluster: Cluster, level: str = "quick", *, qu
         t.join(timeout=5)
     nodes = [w.report for w in watches]
     for w in watches:
-        if not w.silent:
-            analyse.missing([w.report], NODE_CHECKS)
-            if not w.done and w.proc.returncode:
-                w.report.findings.append(Finding("ssh", "fail", f"the check ended with rc {w.proc.returncode}: "
-                                                                f"{''.join(w.stderr).strip()[-200:] or 'no message'}"))
+        if w.silent:
+            continue
+        if not w.done and w.proc.returncode:  # it never ran, or died: that first, then what it did not say
+            why = "".join(w.stderr).strip().splitlines()
+            w.report.findings.insert(0, Finding("start", "fail", f"the check ended with rc {w.proc.returncode}: "
+                                                                 f"{why[-1][-200:] if why else 'no message'}"))
+        analyse.missing([w.report], NODE_CHECKS)
     analyse.clock(nodes, {w.node.name: w.received_at for w in watches if w.received_at is not None})
     analyse.size(nodes)
     analyse.interface(nodes)
     analyse.shared(nodes, _seen_on_master(state, cluster, token), cluster.shared_dir)
-    report = CheckReport(cluster.name, level, at, nodes, seconds=round(time.monotonic() - t0, 1))
+    report = CheckReport(cluster.name, level, at, nodes, [mpi_reach(state, cluster)], seconds=round(time.monotonic() - t0, 1))
     records.write(check_file(state), report.to_record())
     return report
+
+
+def mpi_reach(state: ClusterState, cluster: Cluster) -> Finding:
+    """`mpirun -np N --hostfile <shared>/hostfile hostname` on the master, as a user would
+    type it: every node reached by MPI, over the cluster's SSH."""
+    cmd = f"mpirun -np {len(cluster.nodes)} --hostfile {cluster.shared_dir}/hostfile hostname"
+    rc, out, err = MasterRunner(state, cluster).run(cmd, timeout=120)
+    got = sorted(set(out.split()))
+    if rc == 0 and got == sorted(cluster.names):
+        return Finding("mpi", "pass", f"`{cmd}` reached every node", {"reached": got})
+    missing = sorted(set(cluster.names) - set(got))
+    why = f"missing {', '.join(missing)}" if missing else (err.strip().splitlines() or [f"rc {rc}"])[-1]
+    return Finding("mpi", "fail", f"`{cmd}` on the master: {why}", {"reached": got})
 
 
 def _wait(watches: list[_Watch], state: ClusterState, token: str, quiet: float, say: Callable[[str], None]) -> None:
@@ -178,13 +206,16 @@ def _seen_on_master(state: ClusterState, cluster: Cluster, token: str) -> set[st
 
 
 def raise_on_failure(report: CheckReport, cluster: Cluster) -> None:
-    """A failing node fails the verb: named, with its reason and the command that replaces it."""
+    """A failing node fails the verb: named, with its reason and the command that replaces
+    it; a failing cluster-wide finding (MPI's reach) by its own reason."""
     failed = [n for n in report.nodes if n.verdict == "fail"]
-    if not failed:
+    broken = [f for f in report.cluster_findings if f.status == "fail"]
+    if not failed and not broken:
         return
-    said = "; ".join(f"{n.name}: {n.reason()}" for n in failed)
+    said = "; ".join([f"{n.name}: {n.reason()}" for n in failed] + [f"{f.check}: {f.detail}" for f in broken])
     workers = [n.name for n in failed if n.name != cluster.master.name]
-    fix = (f"`deployer up --replace-failed` replaces {', '.join(workers)}" if workers else "")
+    fix = f"`deployer up --replace-failed` replaces {', '.join(workers)}" if workers else ""
     if len(workers) < len(failed):
         fix += (" and " if fix else "") + f"the master only when named: `deployer up --replace {cluster.master.name}`"
-    raise OperationFailed(f"check failed on {len(failed)} node(s): {said}; {fix}")
+    where = f" on {len(failed)} node(s)" if failed else ""
+    raise OperationFailed(f"check failed{where}: {said}" + (f"; {fix}" if fix else ""))

@@ -13,24 +13,20 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-def _in_node(name: str, *argv: str) -> None:
-    """argv in the node's mount namespace, as root of this machine (nsenter)."""
-    pid = subprocess.run(["lxc-info", "-n", name, "-p", "-H"], capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run(["nsenter", "-t", pid, "-m", "--", *argv], check=True, capture_output=True, text=True)
+def _in_node(name: str, script: str) -> None:
+    """A shell script run as root in the node (lxc-attach: its namespaces, its root)."""
+    subprocess.run(["lxc-attach", "-n", name, "--", "sh", "-ec", script], check=True, capture_output=True, text=True)
 
 
 @contextmanager
 def shared_unmounted(node: str) -> Iterator[None]:
     """The node's /shared unmounted (lazily: a process may sit in it), put back after: the
     same host directory, through a bind kept aside in the node's /run."""
-    _in_node(node, "mkdir", "-p", "/run/deployer-test-shared")
-    _in_node(node, "mount", "--bind", "/shared", "/run/deployer-test-shared")
-    _in_node(node, "umount", "-l", "/shared")
+    _in_node(node, "mkdir -p /run/deployer-test-shared && mount --bind /shared /run/deployer-test-shared && umount -l /shared")
     try:
         yield
     finally:
-        _in_node(node, "mount", "--bind", "/run/deployer-test-shared", "/shared")
-        _in_node(node, "umount", "-l", "/run/deployer-test-shared")
+        _in_node(node, "mount --bind /run/deployer-test-shared /shared && umount -l /run/deployer-test-shared")
 
 
 def test_a_healthy_cluster_passes_and_the_report_is_kept(local_cluster):

@@ -4,6 +4,7 @@ shared cluster's name is refused before anything is made, and its `down` touches
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -45,8 +46,10 @@ def test_each_container_carries_its_clusters_id_and_the_driver_guards_it(local_c
     own = json.loads((local_cluster.state / "origin.json").read_text())["cluster_id"]
     assert {node.cluster_id_of(n) for n in _containers()} == {own}
     master = f"{NAME}-master"
-    p = subprocess.run([sys.executable, "-m", "deployer.providers.local.lxc", "node-down", "--name", master,
-                        "--cluster-id", "000000000000"], capture_output=True, text=True, timeout=60)
+    # As Terraform calls it: the node's arguments as JSON (terraform/local/main.tf's input.node).
+    args = json.dumps({"name": master, "cluster_id": "000000000000"})
+    p = subprocess.run([sys.executable, "-m", "deployer.providers.local.lxc", "node-down"], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "DEPLOYER_LXC_ARGS": args})
     assert p.returncode == 1 and "belongs to another cluster" in p.stderr, p.stderr
     assert node.node_state(master) == "RUNNING"
     s = local_cluster.deployer("status", "--json")

@@ -28,7 +28,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from . import host
 from .host import DriverError
@@ -64,17 +64,24 @@ def _args(cls: type[T], environ: Mapping[str, str]) -> T:
         raise DriverError(f"[lxc] ${ARGS_ENV} must hold the {cls.__name__} fields as one JSON object: {e}") from None
 
 
+def _down_args(environ: Mapping[str, str], *keys: str) -> dict[str, Any]:
+    """What a destroy needs of the resource's arguments (Terraform hands it all of them)."""
+    try:
+        given = json.loads(environ[ARGS_ENV])
+        return {k: given[k] if k != "cluster_id" else given.get(k) for k in keys}
+    except (KeyError, ValueError, TypeError) as e:
+        raise DriverError(f"[lxc] ${ARGS_ENV} must hold {', '.join(keys)} as one JSON object: {e}") from None
+
+
 def _dispatch(cmd: str, environ: Mapping[str, str]) -> None:
     if cmd == "network-up":
         network_up(_args(NetworkUp, environ))
     elif cmd == "network-down":
-        a = _args(NetworkUp, environ)
-        network_down(a.cluster, a.bridge)
+        network_down(**_down_args(environ, "cluster", "bridge"))
     elif cmd == "node-up":
         node_up(_args(NodeUp, environ))
     elif cmd == "node-down":
-        n = _args(NodeUp, environ)
-        node_down(n.name, n.cluster_id)
+        node_down(**_down_args(environ, "name", "cluster_id"))
     elif cmd == "base-image":
         print(ensure_base_image())
 
