@@ -93,6 +93,14 @@ def up(
             "--ttl", help="lifetime from now, e.g. 8h (30m, 2d, 1w; none: no expiry); `deployer gc` destroys the cluster after it"
         ),
     ] = None,
+    no_check: Annotated[
+        bool, typer.Option("--no-check", help="skip the quick `deployer check` that ends every up")
+    ] = False,
+    replace_failed: Annotated[
+        bool,
+        typer.Option("--replace-failed", help="recreate the nodes the last `deployer check` failed (the master only with "
+                                              "--replace master), then check again"),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Provision and configure the cluster (idempotent: re-run to converge or resume)."""
@@ -103,7 +111,10 @@ def up(
     spec = build_spec(config, _recorded_spec(name, state_dir, config), nodes=nodes, provider=provider, name=name, ttl=ttl)
     state = ClusterState(state_dir, spec.name)
     lifecycle.confirm_destructive(spec, state, yes)
-    result = lifecycle.up(spec, state, reconfigure=reconfigure, replace=replace or [], ttl_given=ttl is not None)
+    if no_check and replace_failed:
+        raise UsageError("--replace-failed checks the replaced nodes again: drop --no-check")
+    result = lifecycle.up(spec, state, reconfigure=reconfigure, replace=replace or [], ttl_given=ttl is not None,
+                          check_level=None if no_check else "quick", replace_failed=replace_failed)
     if json_out:
         ui.print_json(result)
 

@@ -20,7 +20,6 @@ from .pipeline import boot, drift, inventory, timings
 from .pipeline.readiness import wait_for_boot
 from .providers import get_provider
 from .records import Lifetime, Origin
-from .remote import MasterRunner
 from .spec import ClusterSpec
 from .state import ClusterState, new_cluster_id
 from .status import origin_of
@@ -102,12 +101,16 @@ def _set_lifetime(spec: ClusterSpec, state: ClusterState, ttl_given: bool) -> Li
 
 
 def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replace: list[str] | None = None,
-       ttl_given: bool = False) -> dict[str, Any]:
+       ttl_given: bool = False, check_level: str | None = "quick", replace_failed: bool = False) -> dict[str, Any]:
     provider = get_provider(spec.provider)
     times = timings.Stages()
     with times.stage("preflight"):
         _check_same_cluster(spec, state)
         replace_nodes = _replace_nodes(spec, state, replace or [])
+        if replace_failed:  # the nodes the last check failed; then checked again at its level
+            failed, last_level = _failed_in_last_check(spec, state, replace_nodes)
+            replace_nodes = sorted(set(replace_nodes) | set(failed))
+            check_level = _deeper(check_level or "quick", last_level)
         checked = provider.preflight(spec, state)  # raises before anything exists
         tf_env = provider.terraform_env(spec)  # the credentials Terraform will see: refuses what it cannot read
     with state.lock("up"):
@@ -190,9 +193,11 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             state.write_configured(drift.configured_record(fingerprint, cluster, run=run_dir.name))
             ui.ok(f"ansible: {sum(play.ok.values())} ok, {play.total_changed} changed on {_count(list(plan.why), cluster)}")
 
-        with times.stage("smoke"):
-            hosts = smoke_check(state, cluster)
-        ui.ok(f"smoke check: mpirun reached {', '.join(hosts)}")
+        if check_level is None:
+            ui.info("check: skipped (--no-check); `deployer check` runs it")
+        else:
+            with times.stage("check"):
+                _check(state, cluster, check_level)
         converged = tf_changed == 0 and ansible_changed == 0 and not started
         took = times.write(run_dir)
         if exposed:
@@ -230,18 +235,51 @@ def _repair(provider: Any, spec: ClusterSpec, state: ClusterState, env: dict[str
     return fix.started, fix.recreate
 
 
-def smoke_check(state: ClusterState, cluster: Cluster) -> list[str]:
-    """`mpirun -np N --hostfile /shared/hostfile hostname` on the master, as a user would type it."""
-    n = len(cluster.nodes)
-    cmd = f"mpirun -np {n} --hostfile {cluster.shared_dir}/hostfile hostname"
-    rc, out, err = MasterRunner(state, cluster).run(cmd, timeout=120)
-    got = sorted(set(out.split()))
-    want = sorted(cluster.names)
-    if rc != 0 or got != want:
-        missing = sorted(set(want) - set(got))
-        detail = f"missing {', '.join(missing)}" if missing else (err.strip().splitlines() or [f"rc {rc}"])[-1]
-        raise OperationFailed(f"smoke check `{cmd}` failed on the master: {detail}")
-    return got
+def _check(state: ClusterState, cluster: Cluster, level: str) -> None:
+    """`deployer check` at `level`, the end of every `up`: a failing node fails the run,
+    named with its reason and the command that replaces it."""
+    from .check.run import raise_on_failure, run_check
+
+    ui.step(f"check ({level}): {len(cluster.nodes)} node(s) at once")
+    report = run_check(state, cluster, level)
+    mpi = next((f for f in report.cluster_findings if f.check == "mpi"), None)
+    if mpi is not None and mpi.status == "pass":
+        ui.ok(f"smoke check: mpirun reached {', '.join(mpi.value['reached'])}")
+    raise_on_failure(report, cluster)
+    warned = [n for n in report.nodes if n.verdict == "warn"]
+    for n in warned:
+        ui.warn(f"check: {n.name}: {n.reason()}")
+    ui.ok(f"check ({level}): {report.verdict} on {len(report.nodes)} node(s) in {report.seconds:.0f}s "
+          f"(`deployer check --level standard` goes further)")
+
+
+def _failed_in_last_check(spec: ClusterSpec, state: ClusterState, named: list[str]) -> tuple[list[str], str]:
+    """--replace-failed: the nodes the last check failed, and its level. The master only
+    when also named (--replace master): it holds the shared storage and the monitoring."""
+    from .check.run import last_report
+
+    report = last_report(state)
+    cluster = state.cluster()
+    if report is None or cluster is None:
+        raise UsageError(f"--replace-failed: cluster {spec.name!r} has no check yet: run `deployer check` first")
+    failed = [n for n in report.failed() if n in cluster.names]
+    master = cluster.master.name
+    if master in failed and master not in named:
+        reason = next(n.reason() for n in report.nodes if n.name == master)
+        ui.warn(f"the last check failed the master ({reason}); it is replaced only when named: --replace {master}")
+        failed.remove(master)
+    if not failed and not named:
+        raise UsageError(f"--replace-failed: the last check ({report.level}, {report.at}) failed no node to replace; "
+                         f"`deployer check` checks again")
+    if failed:
+        ui.info(f"--replace-failed: {', '.join(failed)} (failed the {report.level} check of {report.at})")
+    return failed, report.level
+
+
+def _deeper(a: str, b: str) -> str:
+    from .check.model import LEVELS
+
+    return max(a, b, key=LEVELS.index)
 
 
 def down(state: ClusterState, *, only_if_expired: bool = False) -> bool:

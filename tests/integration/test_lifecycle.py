@@ -21,7 +21,8 @@ def test_up_reported_the_smoke_check(local_cluster):
 
 def test_up_says_where_its_time_went(local_cluster):
     line = next(ln for ln in local_cluster.up_log.splitlines() if f"up {NODES} nodes in " in ln)
-    for stage in ("preflight", "prepare", "apply", "boot", "ansible", "smoke"):
+    # check: the quick `deployer check` that ends every up (it holds the smoke check)
+    for stage in ("preflight", "prepare", "apply", "boot", "ansible", "check"):
         assert f" {stage} " in line, line
     assert re.search(r"ansible \d+ s \((training_runtime|jupyterlab|mpi) \d+ s\)", line), line
     first = sorted((local_cluster.state / "runs").glob("*-up"))[0]  # the up whose output up_log holds

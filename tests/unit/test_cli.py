@@ -29,6 +29,10 @@ def run(*args, cwd, input=None):
         (["up", "--ttl", "400d"], "--ttl: 400d is beyond the maximum of 14d"),
         (["gc", "--yes", "--cloud"], "requires an argument"),
         (["bench", "--nodes", "1,2"], "cluster 'demo' is not up"),
+        (["check"], "cluster 'demo' is not up"),
+        (["check", "--level", "deep"], "--level 'deep': use one of quick, standard, full"),
+        (["up", "--replace-failed"], "--replace-failed: cluster 'demo' has no check yet: run `deployer check` first"),
+        (["up", "--no-check", "--replace-failed"], "drop --no-check"),
         (["notebook"], "cluster 'demo' is not up"),
         # Checked on every verb, not only by `up`: these resolved outside the state root.
         (["down", "--yes", "--name", "../x"], "--name '../x' is not a cluster name"),
