@@ -151,9 +151,24 @@ def run_check(state: ClusterState, cluster: Cluster, level: str = "quick", *, qu
     analyse.size(nodes)
     analyse.interface(nodes)
     analyse.shared(nodes, _seen_on_master(state, cluster, token), cluster.shared_dir)
-    report = CheckReport(cluster.name, level, at, nodes, [mpi_reach(state, cluster)], seconds=round(time.monotonic() - t0, 1))
+    found = [mpi_reach(state, cluster)]
+    if level != "quick":
+        found += _cluster_wide(state, cluster, nodes, say)
+    report = CheckReport(cluster.name, level, at, nodes, found, seconds=round(time.monotonic() - t0, 1))
     records.write(check_file(state), report.to_record())
     return report
+
+
+def _cluster_wide(state: ClusterState, cluster: Cluster, nodes: list[NodeReport], say: Callable[[str], None]) -> list[Finding]:
+    """standard and full: the network matrix and the straggler (cluster_checks.py)."""
+    from . import cluster_checks
+
+    runner = MasterRunner(state, cluster)
+    say(f"  network: iperf3 on {len(cluster_checks.pairs(cluster))} pair(s) of nodes, one at a time")
+    found = cluster_checks.network_findings(cluster_checks.measure_network(runner, cluster), nodes)
+    say("  straggler: the same synthetic step on every rank, each timed on its own")
+    rates, why = cluster_checks.measure_straggler(runner, cluster)
+    return found + cluster_checks.straggler_findings(rates, why, nodes)
 
 
 def mpi_reach(state: ClusterState, cluster: Cluster) -> Finding:

@@ -1,10 +1,14 @@
-"""`deployer check` on the real local cluster: a healthy cluster passes, and a node whose
-shared dir is unmounted fails, named with the reason and the command that replaces it."""
+"""`deployer check` on the real local cluster: a healthy cluster passes, and injected
+faults are found and named: a node whose link is throttled (tc on both ends of its veth)
+is the slow node, a node with a CPU hog is the straggler, a node whose shared dir is
+unmounted fails with the command that replaces it, and `up --replace-failed` does."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -22,6 +26,37 @@ def unmount_shared(node: str) -> None:
     _in_node(node, "umount -l /shared")
 
 
+@contextmanager
+def throttled(node: str, rate: str = "200mbit") -> Iterator[None]:
+    """The node's link throttled both ways: tc on the host's end of its veth (traffic to
+    the node) and on the node's eth0 (traffic from it)."""
+    veth = next(line.split()[-1] for line in subprocess.run(["lxc-info", "-n", node], capture_output=True, text=True,
+                                                             check=True).stdout.splitlines() if line.startswith("Link:"))
+    tbf = ["root", "tbf", "rate", rate, "burst", "64kb", "latency", "50ms"]
+    subprocess.run(["tc", "qdisc", "add", "dev", veth, *tbf], check=True)
+    try:
+        _in_node(node, "tc qdisc add dev eth0 " + " ".join(tbf))
+        yield
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], check=False)
+        subprocess.run(["lxc-attach", "-n", node, "--", "tc", "qdisc", "del", "dev", "eth0", "root"], check=False)
+
+
+@contextmanager
+def cpu_hog(node: str, loops: int = 8) -> Iterator[None]:
+    """Busy loops on the node, beside whatever runs there (its own session: they outlive
+    lxc-attach)."""
+    _in_node(node, f"for i in $(seq {loops}); do setsid sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & done")
+    try:
+        yield
+    finally:
+        subprocess.run(["lxc-attach", "-n", node, "--", "pkill", "-9", "-f", "while :; do :; done"], check=False)
+
+
+def _findings(report: dict, check: str) -> dict[str, dict]:
+    return {n["name"]: next(f for f in n["findings"] if f["check"] == check) for n in report["nodes"]}
+
+
 def test_a_healthy_cluster_passes_and_the_report_is_kept(local_cluster):
     p = local_cluster.deployer("check", "--json", timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -34,6 +69,27 @@ def test_a_healthy_cluster_passes_and_the_report_is_kept(local_cluster):
         assert abs(found["clock"]["value"]["offset_s"]) < 1.0, "the containers keep this machine's time"
     assert "check (quick) of cluster itest" in p.stderr
     assert json.loads((local_cluster.state / "check.json").read_text())["verdict"] == report["verdict"]
+
+
+def test_a_throttled_link_names_the_slow_node(local_cluster):
+    slow = local_cluster.cluster_output().workers[-1].name
+    with throttled(slow):
+        p = local_cluster.deployer("check", "--level", "standard", "--json", timeout=900)
+    report = json.loads(p.stdout)
+    network = _findings(report, "network")
+    assert network[slow]["status"] in ("warn", "fail") and "the slow node" in network[slow]["detail"], network
+    assert all(f["status"] == "pass" for name, f in network.items() if name != slow), network
+    assert "iperf3 on 3 pair(s)" in p.stderr
+
+
+def test_a_node_with_a_cpu_hog_is_the_straggler(local_cluster):
+    busy = local_cluster.cluster_output().workers[0].name
+    with cpu_hog(busy):
+        p = local_cluster.deployer("check", "--level", "standard", "--json", timeout=900)
+    report = json.loads(p.stdout)
+    straggler = _findings(report, "straggler")
+    assert straggler[busy]["status"] in ("warn", "fail") and "the straggler" in straggler[busy]["detail"], straggler
+    assert all(f["status"] == "pass" for name, f in straggler.items() if name != busy), straggler
 
 
 def test_a_node_without_its_shared_dir_fails_by_name_and_replace_failed_repairs_it(local_cluster):

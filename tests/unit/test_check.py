@@ -137,3 +137,56 @@ def test_a_node_that_falls_silent_is_named_with_its_check_and_stopped(tmp_path, 
     assert any("lab-worker-1" in line and "silent during runtime" in line for line in said)
     assert report.nodes[0].first("fail").check == "disk_root", "the master's missing answers are failures by name"
     assert run.last_report(state).to_record() == report.to_record()
+
+
+def test_a_slow_link_names_the_node_whose_pairs_are_all_slow():
+    from deployer.check import cluster_checks
+
+    nodes = [NodeReport(n) for n in ("a", "b", "c")]
+    measured = [{"src": "a", "dst": "b", "gbit_s": 16.0}, {"src": "a", "dst": "c", "gbit_s": 0.2},
+                {"src": "b", "dst": "c", "gbit_s": 0.19}]
+    [matrix] = cluster_checks.network_findings(measured, nodes)
+    assert [n.verdict for n in nodes] == ["pass", "pass", "fail"]
+    assert nodes[2].reason() == "network: 0.20 Gbit/s at best, the other pairs' median is 16.00: the slow node"
+    assert matrix.status == "warn" and "slowest b - c 0.19 Gbit/s" in matrix.detail
+    two = [NodeReport("a"), NodeReport("b")]
+    cluster_checks.network_findings([{"src": "a", "dst": "b", "gbit_s": 1.0}], two)
+    assert [n.verdict for n in two] == ["pass", "pass"], "one pair: nothing to hold it against"
+    gone = [NodeReport("a"), NodeReport("b"), NodeReport("c")]
+    cluster_checks.network_findings([{"src": "a", "dst": "b", "gbit_s": 9.0}, {"src": "a", "dst": "c", "gbit_s": None, "error": "no route"},
+                                     {"src": "b", "dst": "c", "gbit_s": None, "error": "no route"}], gone)
+    assert gone[2].reason() == "network: iperf3 failed on every pair: no route"
+
+
+def test_pairs_are_every_pair_up_to_8_nodes_then_a_ring_and_a_few_more():
+    from deployer.check import cluster_checks
+
+    def names(n):
+        return typed({"name": "c", "nodes": [{"name": f"c-{i}"} for i in range(n)]})
+
+    assert len(cluster_checks.pairs(names(8))) == 28
+    big = cluster_checks.pairs(names(16))
+    assert len(big) == 16 + cluster_checks.RANDOM_PAIRS and len({(a.name, b.name) for a, b in big}) == len(big)
+    assert big == cluster_checks.pairs(names(16)), "the same pairs on every run"
+
+
+def test_the_straggler_is_the_node_slower_than_the_others_median():
+    from deployer.check import cluster_checks
+
+    cluster = typed({"name": "c", "nodes": [{"name": "c-master"}, {"name": "c-worker-1"}, {"name": "c-worker-2"}]})
+    record = {"benchmark": "resnet_synthetic", "ranks": [{"rank": 0, "host": "c-master", "img_per_sec": 3.3},
+                                                         {"rank": 1, "host": "c-worker-1", "img_per_sec": 2.0},
+                                                         {"rank": 2, "host": "c-worker-2", "img_per_sec": 3.5}]}
+
+    class Runner:
+        def run(self, cmd, *, timeout, on_line=None):
+            assert "resnet_synthetic.py --mode ensemble" in cmd and "-np 3" in cmd
+            return 0, "[1,0]<stdout>:Img/sec\n[1,0]<stdout>:" + json.dumps(record) + "\n", ""
+
+    rates, why = cluster_checks.measure_straggler(Runner(), cluster)
+    nodes = [NodeReport(n) for n in cluster.names]
+    cluster_checks.straggler_findings(rates, why, nodes)
+    assert [n.verdict for n in nodes] == ["pass", "warn", "pass"]
+    assert nodes[1].reason() == "straggler: 2.0 img/s on its own, 59% of the other nodes' median (3.4): the straggler"
+    [failed] = cluster_checks.straggler_findings(None, "mpirun: rank 2 died", [])
+    assert failed.status == "fail" and "rank 2 died" in failed.detail

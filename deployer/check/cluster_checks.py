@@ -1,0 +1,138 @@
+"""The checks no node can make alone (`deployer check --level standard` and full), run
+from the master as a user would type them:
+
+- the network: iperf3 between every pair of nodes (a ring and a few random pairs beyond
+  8 nodes), one pair at a time; a slow pair is named against the cluster's median rate,
+  and a node whose pairs are all slow is the slow node;
+- the straggler: the same short synthetic ResNet step on every rank at once without
+  gradient exchange (benchmarks/resnet_synthetic.py --mode ensemble), each rank timed on
+  its own: under DDP every rank waits for the slowest, so only the uncoupled step shows
+  which node is slow. A node below the others' median by more than the stated margin is
+  named.
+
+Measurements here, verdicts in analyse.py's style: pure functions of the figures, so
+they are unit-tested on recorded numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from ..bench.commands import pair_cmd, parse_iperf
+from ..bench.failure import untag
+from .model import Finding, NodeReport, Status
+
+if TYPE_CHECKING:
+    from ..bench.sweep import Runner
+    from ..cluster import Cluster, Node
+
+ALL_PAIRS_UP_TO = 8  # n(n-1)/2 pairs: 28 at 8 nodes; beyond, a ring and RANDOM_PAIRS more
+RANDOM_PAIRS = 8
+# A pair or node slower than these shares of the cluster's median: warned, failed.
+NET_WARN, NET_FAIL = 0.75, 0.5
+# A rank's own step rate below these shares of the other nodes' median: warned, failed.
+STRAGGLER_WARN, STRAGGLER_FAIL = 0.75, 0.5
+STRAGGLER_ARGS = ["--mode", "ensemble", "--model", "resnet18", "--image-size", "32", "--batch-size", "8",
+                  "--num-warmup-batches", "2", "--num-batches-per-iter", "3", "--num-iters", "3", "--json"]
+
+
+def pairs(cluster: Cluster, seed: int = 0) -> list[tuple[Node, Node]]:
+    """Every pair up to 8 nodes; beyond, the ring (each node twice) and a few random pairs."""
+    nodes = list(cluster.nodes)
+    if len(nodes) <= ALL_PAIRS_UP_TO:
+        return [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:]]
+    ring = [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
+    others = [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 2:] if not (i == 0 and b is nodes[-1])]
+    return ring + random.Random(seed).sample(others, min(RANDOM_PAIRS, len(others)))
+
+
+def measure_network(runner: Runner, cluster: Cluster) -> list[dict[str, Any]]:
+    """iperf3 rate of each pair (Gbit/s; None and the error when it failed)."""
+    out = []
+    for a, b in pairs(cluster):
+        rc, stdout, stderr = runner.run(pair_cmd(a.private_ip, b.private_ip), timeout=90)
+        try:
+            rate: float | None = parse_iperf(stdout) if rc == 0 else None
+        except (ValueError, KeyError):
+            rate = None
+        out.append({"src": a.name, "dst": b.name, "gbit_s": rate,
+                    **({} if rate is not None else {"error": (stderr.strip().splitlines() or [f"rc {rc}"])[-1][-200:]})})
+    return out
+
+
+def network_findings(measured: list[dict[str, Any]], nodes: list[NodeReport]) -> list[Finding]:
+    """Per node (appended to its report): its best pair against the median of the pairs it
+    is not in (a slow node drags the median of all pairs down with it); for the cluster:
+    the matrix and the slowest pair against the other pairs' median."""
+    rated = [p for p in measured if p["gbit_s"] is not None]
+    for n in nodes:
+        mine = [p["gbit_s"] for p in rated if n.name in (p["src"], p["dst"])]
+        failed = [p for p in measured if p["gbit_s"] is None and n.name in (p["src"], p["dst"])]
+        if failed and not mine:
+            n.findings.append(Finding("network", "fail", f"iperf3 failed on every pair: {failed[0].get('error')}"))
+            continue
+        rest = [p["gbit_s"] for p in rated if n.name not in (p["src"], p["dst"])]
+        if not mine or not rest:  # two nodes: one pair, nothing to hold it against
+            n.findings.append(Finding("network", "pass", f"{max(mine, default=0):.2f} Gbit/s", {"gbit_s": mine}))
+            continue
+        best, median = max(mine), statistics.median(rest)
+        status: Status = "fail" if best < NET_FAIL * median else "warn" if best < NET_WARN * median else "pass"
+        said = (f"{best:.2f} Gbit/s at best, the other pairs' median is {median:.2f}: the slow node" if status != "pass"
+                else f"{best:.2f} Gbit/s at best (the other pairs' median {median:.2f})")
+        n.findings.append(Finding("network", status, said, {"gbit_s": mine, "others_median_gbit_s": median}))
+    if not rated:
+        return [Finding("network", "fail", "no pair of nodes could be measured", {"pairs": measured})]
+    slowest = min(rated, key=lambda p: p["gbit_s"])
+    others = [p["gbit_s"] for p in rated if p is not slowest]
+    median = statistics.median(others) if others else slowest["gbit_s"]
+    slow = slowest["gbit_s"] < NET_FAIL * median  # one pair: noisier than a node's best, so only a clear gap
+    said = (f"{len(rated)} pair(s); slowest {slowest['src']} - {slowest['dst']} {slowest['gbit_s']:.2f} Gbit/s, "
+            f"the others' median {median:.2f}")
+    return [Finding("network", "warn" if slow else "pass", said + (": a slow link" if slow else ""),
+                    {"pairs": measured, "median_gbit_s": statistics.median(p["gbit_s"] for p in rated), "slowest": slowest})]
+
+
+def straggler_cmd(cluster: Cluster, timeout_s: int = 300) -> str:
+    ranks = len(cluster.rank_nodes(len(cluster.nodes)))
+    root = " --allow-run-as-root" if cluster.ssh_user == "root" else ""
+    return (f"timeout --kill-after=30 {timeout_s} mpirun{root} --tag-output --hostfile {cluster.shared_dir}/hostfile "
+            f"-np {ranks} --map-by slot --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME "
+            f"python {cluster.shared_dir}/benchmarks/resnet_synthetic.py " + " ".join(STRAGGLER_ARGS))
+
+
+def measure_straggler(runner: Runner, cluster: Cluster) -> tuple[dict[str, float] | None, str]:
+    """img/s of each node's ranks on their own (None and why when the run failed)."""
+    rc, out, err = runner.run(straggler_cmd(cluster), timeout=400)
+    record = None
+    for line in out.splitlines():
+        text = untag(line)[2]
+        if text.startswith("{") and '"resnet_synthetic"' in text:
+            record = json.loads(text)
+    if rc != 0 or record is None:
+        return None, (err.strip().splitlines() or [f"rc {rc}"])[-1][-300:]
+    rates: dict[str, float] = defaultdict(float)
+    hosts = {n.private_ip: n.name for n in cluster.nodes} | {n.name: n.name for n in cluster.nodes}
+    for r in record["ranks"]:
+        rates[hosts.get(r["host"], r["host"])] += r["img_per_sec"]
+    return dict(rates), ""
+
+
+def straggler_findings(rates: dict[str, float] | None, why: str, nodes: list[NodeReport]) -> list[Finding]:
+    if rates is None:
+        return [Finding("straggler", "fail", f"the synthetic step did not run on every node: {why}")]
+    for n in nodes:
+        others = [r for name, r in rates.items() if name != n.name]
+        mine = rates.get(n.name)
+        if mine is None or not others:
+            continue
+        median = statistics.median(others)
+        share = mine / median if median else 1.0
+        status: Status = "fail" if share < STRAGGLER_FAIL else "warn" if share < STRAGGLER_WARN else "pass"
+        said = f"{mine:.1f} img/s on its own, {share:.0%} of the other nodes' median ({median:.1f})"
+        n.findings.append(Finding("straggler", status, said + (": the straggler" if status != "pass" else ""),
+                                  {"img_per_sec": mine, "others_median": median}))
+    return [Finding("straggler", "pass", f"the same step on every node: {len(rates)} node(s) timed", {"img_per_sec": rates})]
