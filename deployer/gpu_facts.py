@@ -223,3 +223,118 @@ def driver_utils_package(dpkg_list: str) -> list[str]:
     branches = sorted({int(m) for m in re.findall(r"^(?:nvidia-headless-no-dkms|linux-modules-nvidia|nvidia-driver|"
                                                   r"nvidia-headless)-(\d+)-server", dpkg_list, re.MULTILINE)})
     return [f"nvidia-utils-{branches[-1]}-server"] if branches else []
+
+
+# --- health (deployer check): nvidia-smi -q read as its indented tree --------------------
+
+def smi_gpus(smi_q: str) -> list[tuple[str, dict[str, Any]]]:
+    """`nvidia-smi -q` as (bus id, tree) per GPU: "Key : value" lines are leaves, a line
+    without a colon opens a section holding the lines indented under it."""
+    gpus: list[tuple[str, dict[str, Any]]] = []
+    stack: list[tuple[int, dict[str, Any]]] = []
+    for raw in smi_q.splitlines():
+        if not raw.strip() or raw.startswith("="):
+            continue
+        indent = len(raw) - len(raw.lstrip(" "))
+        line = raw.strip()
+        if indent == 0:
+            stack = []
+            if line.startswith("GPU "):
+                tree: dict[str, Any] = {}
+                gpus.append((line[4:].strip(), tree))
+                stack = [(0, tree)]
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if not stack:
+            continue
+        parent = stack[-1][1]
+        key, sep, value = line.partition(":")
+        if sep and value.strip():
+            parent[key.strip()] = value.strip()
+        else:
+            section: dict[str, Any] = {}
+            parent[key.strip()] = section
+            stack.append((indent, section))
+    return gpus
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(str(value).split()[0])
+    except (ValueError, IndexError):
+        return 0  # N/A: the GPU does not keep this counter
+
+
+def _uncorrectable(ecc: dict[str, Any]) -> int:
+    """Uncorrectable ECC errors of one ECC section: SRAM + DRAM (current drivers), or the
+    Double Bit total (older ones)."""
+    new = sum(_count(v) for k, v in ecc.items() if isinstance(v, str) and "Uncorrectable" in k)
+    old = ecc.get("Double Bit")
+    return new + (_count(old.get("Total")) if isinstance(old, dict) else 0)
+
+
+def gpu_problems(tree: dict[str, Any]) -> list[tuple[str, str]]:
+    """(status, what) of one GPU's tree: uncorrectable ECC errors since the driver loaded,
+    or a failed row remap, fail; errors in the GPU's history, a remap or page retirement
+    waiting for a reset, a PCIe link narrower than it can be, warn. The link's generation
+    is not judged: an idle GPU drops it to save power and raises it under load."""
+    out: list[tuple[str, str]] = []
+    ecc = tree.get("ECC Errors") or {}
+    volatile, aggregate = _uncorrectable(ecc.get("Volatile") or {}), _uncorrectable(ecc.get("Aggregate") or {})
+    if volatile:
+        out.append(("fail", f"{volatile} uncorrectable ECC error(s) since the driver loaded"))
+    elif aggregate:
+        out.append(("warn", f"{aggregate} uncorrectable ECC error(s) in its history"))
+    rows = tree.get("Remapped Rows") or {}
+    if isinstance(rows, dict):
+        if str(rows.get("Remapping Failure Occurred", "")).lower() == "yes":
+            out.append(("fail", "a row remapping failed: the GPU's memory is failing"))
+        elif str(rows.get("Pending", "")).lower() == "yes":
+            out.append(("warn", "a row remap is pending: reset the GPU (or reboot the node) to apply it"))
+    pages = tree.get("Retired Pages") or {}
+    if isinstance(pages, dict) and any(str(v).lower() == "yes" for k, v in pages.items() if k.startswith("Pending")):
+        out.append(("warn", "a page retirement is pending: reset the GPU (or reboot the node) to apply it"))
+    width = ((tree.get("PCI") or {}).get("GPU Link Info") or {}).get("Link Width") or {}
+    if isinstance(width, dict) and _count(width.get("Current", "").rstrip("x")) < _count(width.get("Max", "").rstrip("x")):
+        out.append(("warn", f"PCIe link x{width['Current'].rstrip('x')} of x{width['Max'].rstrip('x')}: a card or "
+                            f"riser seated badly, or a slot narrower than the card"))
+    return out
+
+
+_ROW = re.compile(r"^\|\s*(?P<name>[^|]*?)\s*\|\s*(?P<value>.*?)\s*\|?\s*$")
+_DCGM_STATUS = {"pass": "pass", "fail": "fail", "warn": "warn", "skip": "skip"}
+
+
+def dcgm_results(text: str) -> list[tuple[str, str, str]]:
+    """`dcgmi diag -r N`'s table as (test, status, what it said): a test's result lines
+    (Pass, Fail - GPU: 0, Skip - All...), and the Warning or Error rows under it, which
+    make it a warn or a fail. Metadata rows (versions, device ids) are not tests."""
+    tests: list[list[str]] = []  # [name, status, message]
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("+") or line.startswith("|-----") or line.startswith("|====="):
+            continue
+        m = _ROW.match(line)
+        if not m:
+            continue
+        name, value = m.group("name"), m.group("value")
+        word = value.split(" ")[0].lower() if value else ""
+        if name in ("Warning", "Error") and current is not None:
+            current[1] = "fail" if name == "Error" or current[1] == "fail" else "warn"
+            current[2] = (current[2] + " " + value).strip()
+            continue
+        if name in ("Warning", "Error"):  # a finding with no test above it: a test of its own
+            current = [name.lower(), "fail" if name == "Error" else "warn", value]
+            tests.append(current)
+            continue
+        if name and word in _DCGM_STATUS:
+            current = [name, _DCGM_STATUS[word], value]
+            tests.append(current)
+        elif not name and current is not None and value:
+            if word == "fail" or (word == "warn" and current[1] == "pass"):
+                current[1] = _DCGM_STATUS[word]
+            current[2] = (current[2] + " " + value).strip() if word in _DCGM_STATUS else current[2] + value
+        else:
+            current = None if name else current  # a metadata row
+    return [(n, s, m) for n, s, m in tests]

@@ -102,3 +102,53 @@ def missing(nodes: list[NodeReport], expected: list[str]) -> None:
         for check in expected:
             if check not in said:
                 n.findings.append(Finding(check, "fail", "the node gave no answer for this check"))
+
+
+def gpus(nodes: list[NodeReport], expected: dict[str, int]) -> None:
+    """GPU nodes' `nvidia-smi -q`, read (gpu_facts.gpu_problems): the count the cluster
+    promises, each GPU's ECC, row remapping, page retirement and PCIe width, and the model
+    against the other nodes' (one cluster is one flavor)."""
+    from ..gpu_facts import gpu_problems, smi_gpus
+
+    models: dict[str, str] = {}
+    for n in nodes:
+        f = next((f for f in n.findings if f.check == "gpus"), None)
+        if f is None or f.status == "fail" or not isinstance(f.value, dict):
+            continue
+        found = smi_gpus(str(f.value.get("smi_q", "")))
+        names = sorted({str(t.get("Product Name", "?")) for _, t in found})
+        problems = [(status, f"GPU {bus}: {what}") for bus, t in found for status, what in gpu_problems(t)]
+        want = expected.get(n.name, 0)
+        if len(found) < want:
+            problems.insert(0, ("fail", f"{len(found)} GPU(s) answer, the cluster promises {want}"))
+        status: Status = "fail" if any(s == "fail" for s, _ in problems) else "warn" if problems else "pass"
+        said = "; ".join(w for _, w in problems) or f"{len(found)} x {', '.join(names)}: ECC, memory and PCIe width clean"
+        value = {"count": len(found), "models": names, "problems": [w for _, w in problems]}
+        n.findings = [replace(x, status=status, detail=said, value=value) if x is f else x for x in n.findings]
+        if names:
+            models[n.name] = names[0]
+    if len(set(models.values())) > 1:
+        usual = Counter(models.values()).most_common(1)[0][0]
+        for n in nodes:
+            if models.get(n.name, usual) != usual:
+                f = next(f for f in n.findings if f.check == "gpus")
+                if f.status == "pass":
+                    _replace(n, "gpus", "warn", f"{models[n.name]} here, {usual} on the other GPU nodes")
+
+
+def dcgm(nodes: list[NodeReport]) -> None:
+    """DCGM's diagnostics read test by test: a failed test fails the node, a warning warns."""
+    from ..gpu_facts import dcgm_results
+
+    for n in nodes:
+        f = next((f for f in n.findings if f.check == "dcgm"), None)
+        if f is None or f.status != "pass" or not isinstance(f.value, dict):
+            continue
+        results = dcgm_results(str(f.value.get("text", "")))
+        bad = [(s, f"{name}: {said}") for name, s, said in results if s in ("fail", "warn")]
+        status: Status = "fail" if any(s == "fail" for s, _ in bad) else "warn" if bad else "pass"
+        ran = [name for name, s, _ in results if s != "skip"]
+        said = "; ".join(w for _, w in bad) or f"level {f.value.get('level')}: {len(ran)} test(s) passed" + (
+            f", {len(results) - len(ran)} skipped" if len(ran) < len(results) else "")
+        value = {"level": f.value.get("level"), "tests": [{"test": a, "status": s, "said": w} for a, s, w in results]}
+        n.findings = [replace(x, status=status, detail=said, value=value) if x is f else x for x in n.findings]

@@ -150,6 +150,8 @@ def run_check(state: ClusterState, cluster: Cluster, level: str = "quick", *, qu
     analyse.clock(nodes, {w.node.name: w.received_at for w in watches if w.received_at is not None})
     analyse.size(nodes)
     analyse.interface(nodes)
+    analyse.gpus(nodes, {n.name: n.gpus for n in cluster.nodes})
+    analyse.dcgm(nodes)
     analyse.shared(nodes, _seen_on_master(state, cluster, token), cluster.shared_dir)
     found = [mpi_reach(state, cluster)]
     if level != "quick":

@@ -1,0 +1,89 @@
+"""`deployer check` on GPU nodes, read from recorded outputs of real machines published in
+public repositories (tests/fixtures/gpu/health/README.md names each source): no GPU runs
+here. nvidia-smi -q read as its tree; DCGM's diagnostics table read test by test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deployer.check import analyse
+from deployer.check.model import Finding, NodeReport
+from deployer.gpu_facts import dcgm_results, gpu_problems, smi_gpus
+
+HEALTH = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "health"
+
+
+def smi(name: str) -> str:
+    return (HEALTH / name).read_text()
+
+
+@pytest.mark.parametrize(("fixture", "count", "model"), [
+    ("nvidia-smi-q_h100-80gb-hbm3-x8_healthy_565.txt", 8, "NVIDIA H100 80GB HBM3"),
+    ("nvidia-smi-q_h100-80gb-hbm3-x8_healthy_535.txt", 8, "NVIDIA H100 80GB HBM3"),
+    ("nvidia-smi-q_h100-nvl-x2_healthy.txt", 2, "NVIDIA H100 NVL"),
+    ("nvidia-smi-q_l40s_healthy.txt", 1, "NVIDIA L40S"),  # idle at Gen1 of 4: not judged
+    ("nvidia-smi-q_a100-sxm4-40gb-x8_healthy_460.txt", 8, "A100-SXM4-40GB"),
+    ("nvidia-smi-q_v100-pcie-16gb-x4_healthy_legacy-ecc.txt", 4, "Tesla V100-PCIE-16GB"),  # Single/Double Bit ECC
+])
+def test_healthy_gpus_have_no_problem(fixture, count, model):
+    gpus = smi_gpus(smi(fixture))
+    assert len(gpus) == count and {t["Product Name"] for _, t in gpus} == {model}
+    assert [gpu_problems(t) for _, t in gpus] == [[]] * count
+
+
+def test_the_problems_a_node_check_names():
+    remap = [gpu_problems(t) for _, t in smi_gpus(smi("nvidia-smi-q_a100-sxm4-80gb-x4_remap-pending.txt"))]
+    assert remap == [[], [("warn", "a row remap is pending: reset the GPU (or reboot the node) to apply it")], [], []]
+    [(_, a10)] = smi_gpus(smi("nvidia-smi-q_a10_remap-pending-uncorrectable.txt"))
+    assert gpu_problems(a10) == [("warn", "a row remap is pending: reset the GPU (or reboot the node) to apply it")]
+    [(_, l4)] = smi_gpus(smi("nvidia-smi-q_l4_link-width-x8-of-x16.txt"))
+    assert gpu_problems(l4) == [("warn", "PCIe link x8 of x16: a card or riser seated badly, or a slot narrower than the card")]
+    # The ECC block of a GPU with an SRAM error since the driver loaded (an excerpt: put under a GPU).
+    [(_, sram)] = smi_gpus("GPU 00000000:07:00.0\n" + smi("nvidia-smi-q_excerpt_ecc-sram-uncorrectable.txt"))
+    assert gpu_problems(sram) == [("fail", "1 uncorrectable ECC error(s) since the driver loaded")]
+
+
+def _gpu_node(name: str, fixture: str) -> NodeReport:
+    return NodeReport(name, [Finding("gpus", "pass", "nvidia-smi answered", {"smi_q": smi(fixture)})])
+
+
+def test_gpu_nodes_against_the_cluster_and_each_other():
+    nodes = [_gpu_node("a", "nvidia-smi-q_h100-80gb-hbm3-x8_healthy_565.txt"),
+             _gpu_node("b", "nvidia-smi-q_h100-80gb-hbm3-x8_healthy_535.txt"),
+             _gpu_node("c", "nvidia-smi-q_h100-nvl-x2_healthy.txt"),
+             _gpu_node("d", "nvidia-smi-q_a100-sxm4-80gb-x4_remap-pending.txt")]
+    analyse.gpus(nodes, {"a": 8, "b": 8, "c": 8, "d": 4})
+    assert nodes[0].verdict == nodes[1].verdict == "pass"
+    assert nodes[0].reason() == "all checks passed" and nodes[0].findings[0].value["count"] == 8
+    assert nodes[2].verdict == "fail" and nodes[2].reason() == "gpus: 2 GPU(s) answer, the cluster promises 8"
+    assert nodes[3].verdict == "warn" and "GPU 00000000:9E:00.0: a row remap is pending" in nodes[3].reason()
+    assert "smi_q" not in nodes[0].findings[0].value, "the record keeps what was read, not the whole output"
+    odd = [_gpu_node("a", "nvidia-smi-q_h100-nvl-x2_healthy.txt"), _gpu_node("b", "nvidia-smi-q_h100-nvl-x2_healthy.txt"),
+           _gpu_node("c", "nvidia-smi-q_l40s_healthy.txt")]
+    analyse.gpus(odd, {"a": 2, "b": 2, "c": 1})
+    assert odd[2].reason() == "gpus: NVIDIA L40S here, NVIDIA H100 NVL on the other GPU nodes"
+
+
+def test_dcgm_diagnostics_read_test_by_test():
+    passed = dcgm_results(smi("dcgmi-diag-r2_a100-sxm4-80gb-x8_p4de_pass.txt"))
+    assert [t for t, s, _ in passed if s != "pass"] == [] and ("GPU Memory", "pass", "Pass - All") in passed
+    assert "DCGM Version" not in [t for t, _, _ in passed], "metadata rows are not tests"
+    [(test, status, said)] = dcgm_results(smi("dcgmi-diag-r2_fragment_gpu-memory-fail.txt"))
+    assert (test, status) == ("GPU Memory", "fail") and "Fail - GPU: 0" in said and "Thermal violations" in said
+    # A hardware test DCGM skips (as printed where the GPUs are not supported by its plugins).
+    skipped = dcgm_results("| PCIe                      | Pass - All        |\n| GPU Memory                | Skip - All        |")
+    assert skipped == [("PCIe", "pass", "Pass - All"), ("GPU Memory", "skip", "Skip - All")]
+    [(test, status, said)] = dcgm_results(smi("dcgmi-diag_fragment_row-remap-pending-error.txt"))
+    assert status == "fail" and "uncorrectable memory errors" in said
+
+    nodes = [NodeReport(n, [Finding("dcgm", "pass", "answered", {"level": 2, "text": smi(f)})]) for n, f in
+             (("a", "dcgmi-diag-r2_a100-sxm4-80gb-x8_p4de_pass.txt"), ("b", "dcgmi-diag-r2_fragment_gpu-memory-fail.txt"))]
+    some_skipped = {"level": 3, "text": "| PCIe | Pass - All |\n| EUD | Skip - All |"}
+    nodes.append(NodeReport("c", [Finding("dcgm", "pass", "answered", some_skipped)]))
+    analyse.dcgm(nodes)
+    assert [n.verdict for n in nodes] == ["pass", "fail", "pass"]
+    assert nodes[0].findings[0].detail == "level 2: 11 test(s) passed"
+    assert nodes[1].reason().startswith("dcgm: GPU Memory: Pass - GPUs: 1, 2, 3, 4, 5, 6, 7 Fail - GPU: 0")
+    assert "skipped" in nodes[2].findings[0].detail
