@@ -162,6 +162,11 @@ def check(
     with st.lock("check"):
         ui.step(f"check ({level}): {len(cluster.nodes)} node(s) at once")
         report = run_check(st, cluster, level)
+    spec = st.spec()
+    if spec is None or spec.monitoring.enabled:
+        from .check.metrics import publish
+
+        publish(st, cluster, report)
     ui.err.print(table(report))
     if json_out:
         ui.print_json(report.to_record())

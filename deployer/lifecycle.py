@@ -197,7 +197,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             ui.info("check: skipped (--no-check); `deployer check` runs it")
         else:
             with times.stage("check"):
-                _check(state, cluster, check_level)
+                _check(spec, state, cluster, check_level)
         converged = tf_changed == 0 and ansible_changed == 0 and not started
         took = times.write(run_dir)
         if exposed:
@@ -235,13 +235,17 @@ def _repair(provider: Any, spec: ClusterSpec, state: ClusterState, env: dict[str
     return fix.started, fix.recreate
 
 
-def _check(state: ClusterState, cluster: Cluster, level: str) -> None:
+def _check(spec: ClusterSpec, state: ClusterState, cluster: Cluster, level: str) -> None:
     """`deployer check` at `level`, the end of every `up`: a failing node fails the run,
     named with its reason and the command that replaces it."""
     from .check.run import raise_on_failure, run_check
 
     ui.step(f"check ({level}): {len(cluster.nodes)} node(s) at once")
     report = run_check(state, cluster, level)
+    if spec.monitoring.enabled:
+        from .check.metrics import publish
+
+        publish(state, cluster, report)
     mpi = next((f for f in report.cluster_findings if f.check == "mpi"), None)
     if mpi is not None and mpi.status == "pass":
         ui.ok(f"smoke check: mpirun reached {', '.join(mpi.value['reached'])}")

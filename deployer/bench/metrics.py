@@ -222,21 +222,21 @@ def push_bench_results(gateway_url: str, result: dict[str, Any], *, login: Login
     Raises OperationFailed (one line, no traceback) when the Pushgateway cannot be
     reached or refuses the push; ValueError when `result` has no run_id.
     """
-    reg = bench_registry(result)
+    push(gateway_url, JOB, bench_registry(result), {"run_id": str(result["run_id"])}, "benchmark results",
+         login=login, timeout=timeout)
+
+
+def push(gateway_url: str, job: str, registry: CollectorRegistry, grouping_key: dict[str, str], what: str, *,
+         login: Login | None = None, timeout: float = 10.0) -> None:
+    """Replace the Pushgateway group (job, grouping_key) with `registry`'s series; one line
+    naming `what` when the Pushgateway cannot be reached or refuses it."""
     handler = default_handler
     if login is not None:
         def handler(url: str, method: str, timeout: float | None, headers: list[tuple[str, str]],
                     data: bytes) -> Callable[[], None]:  # prometheus_client's handler signature
             return basic_auth_handler(url, method, timeout, headers, data, login.user, login.password)
     try:
-        push_to_gateway(
-            gateway_url,
-            job=JOB,
-            registry=reg,
-            grouping_key={"run_id": str(result["run_id"])},
-            timeout=timeout,
-            handler=handler,
-        )
+        push_to_gateway(gateway_url, job=job, registry=registry, grouping_key=grouping_key, timeout=timeout, handler=handler)
     except (URLError, OSError) as e:
         reason = getattr(e, "reason", None) or e
-        raise OperationFailed(f"could not push benchmark results to the Pushgateway at {gateway_url}: {reason}") from None
+        raise OperationFailed(f"could not push {what} to the Pushgateway at {gateway_url}: {reason}") from None

@@ -31,6 +31,8 @@ import yaml
 
 from deployer import credentials
 from deployer.bench import metrics
+from deployer.check import metrics as check_metrics
+from deployer.check.model import CheckReport
 from tests import dashboard_checks as dashboard
 from tests.unit.test_slurm_metrics import REC as SLURM_RECORDED
 from tests.unit.test_slurm_metrics import metrics as slurm_metrics
@@ -143,6 +145,22 @@ class Stack(str):
     pushgateway_port: int
 
 
+# A standard check of a 3-node cluster as `deployer check --json` records it: a worker
+# warned (the straggler), the network matrix and the straggler's rates.
+CHECK = CheckReport.from_record({
+    "schema": 1, "cluster": "stack", "level": "standard", "at": "2026-11-25T21:00:00Z", "seconds": 40.2, "verdict": "warn",
+    "nodes": [{"name": "stack-master", "findings": [{"check": "clock", "status": "pass", "detail": "+0.01 s"}]},
+              {"name": "stack-worker-1", "findings": [{"check": "straggler", "status": "warn", "detail": "57% of the median"}]},
+              {"name": "stack-worker-2", "findings": [{"check": "runtime", "status": "pass", "detail": "torch 2.13.0"}]}],
+    "cluster_findings": [
+        {"check": "network", "status": "pass", "detail": "3 pair(s)", "value": {"pairs": [
+            {"src": "stack-master", "dst": "stack-worker-1", "gbit_s": 12.2},
+            {"src": "stack-master", "dst": "stack-worker-2", "gbit_s": 12.9},
+            {"src": "stack-worker-1", "dst": "stack-worker-2", "gbit_s": 11.8}]}},
+        {"check": "straggler", "status": "pass", "detail": "3 node(s) timed",
+         "value": {"img_per_sec": {"stack-master": 3.3, "stack-worker-1": 2.0, "stack-worker-2": 3.5}}}]})
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("stack")
@@ -180,6 +198,7 @@ def stack(tmp_path_factory):
         gateway = metrics.gateway_url("127.0.0.1", ports["pushgateway"])
         metrics.push_bench_results(gateway, RESULT, login=login)
         metrics.push_bench_results(gateway, training_result(tmp), login=login)
+        check_metrics.push_report(gateway, CHECK, login=login)
         forge(gateway, login)
         api = dashboard.PrometheusAPI(prom)
         deadline = time.monotonic() + 60
@@ -187,6 +206,7 @@ def stack(tmp_path_factory):
             up = api.query("up")
             ready = (up and all(r["value"][1] == "1" for r in up)
                      and api.query("deployer_bench_run_timestamp_seconds")
+                     and api.query("deployer_check_node_verdict")
                      and api.query('rate(node_cpu_seconds_total{mode="idle"}[30s])'))
             if ready:
                 break
@@ -312,3 +332,15 @@ def test_the_bench_reads_the_shared_storage_throughput_from_this_prometheus(stac
     r = subprocess.run(["bash", "-c", dead], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0
     assert "did not answer" in storage_reads.parse(r.stdout, end - 20, end, "host_bind")["note"]
+
+
+def test_the_cluster_health_row_reads_the_pushed_check(stack):
+    """The Cluster dashboard's "Cluster health" row, answered by this Prometheus from a
+    check pushed as `deployer check` pushes it."""
+    api = dashboard.PrometheusAPI(stack)
+    assert [r["value"][1] for r in api.query("max by (level) (deployer_check_verdict)")] == ["1"]
+    verdicts = {r["metric"]["node"]: r["value"][1] for r in api.query("deployer_check_node_verdict")}
+    assert verdicts == {"stack-master": "0", "stack-worker-1": "1", "stack-worker-2": "0"}
+    assert [(r["metric"]["node"], r["metric"]["check"]) for r in api.query("deployer_check_status > 0")] == [
+        ("stack-worker-1", "straggler")]
+    assert len(api.query("deployer_check_pair_gbit_s")) == 3 and len(api.query("deployer_check_node_img_per_sec")) == 3
