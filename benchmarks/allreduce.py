@@ -35,7 +35,7 @@ import sys
 import time
 
 import numpy as np
-from bench_common import mpi_library, rendezvous
+from bench_common import Heartbeat, mpi_library, rendezvous
 from mpi4py import MPI
 
 
@@ -60,6 +60,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=2, help="torch/gloo: worker threads")
     p.add_argument("--no-cuda", action="store_true", help="torch: stay on CPU (gloo)")
     p.add_argument("--json", action="store_true", help="rank 0 prints one JSON line at the end")
+    p.add_argument("--heartbeat", type=float, default=0,
+                   help="every rank prints HEARTBEAT lines every this many seconds (bench_common.Heartbeat; 0: none)")
     a = p.parse_args(argv)
     if a.minbytes < 4 or a.maxbytes < a.minbytes or a.stepfactor < 2 or a.iters < 1:
         p.error("need 4 <= minbytes <= maxbytes, stepfactor >= 2, iters >= 1")
@@ -200,7 +202,12 @@ def main(argv=None) -> int:
     say("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)       ")
 
     rows = []
+    beat = Heartbeat(rank, args.heartbeat) if args.heartbeat else None
+    if beat:
+        beat.__enter__()
     for nbytes in sizes(args.minbytes, args.maxbytes, args.stepfactor):
+        if beat:
+            beat.step = f"{nbytes} bytes"
         count = nbytes // 4
         if backend == "torch":
             op = TorchOp(pg, count, device, args.chunk // 4)
@@ -234,6 +241,8 @@ def main(argv=None) -> int:
         rows.append({"bytes": nbytes, "count": count, "type": "float", "time_us": round(us, 3),
                      "algbw_gb_s": round(algbw, 6), "busbw_gb_s": round(busbw, 6), "wrong": wrong})
 
+    if beat:
+        beat.__exit__()
     avg = sum(r["busbw_gb_s"] for r in rows) / len(rows)
     total_wrong = sum(max(0, r["wrong"]) for r in rows)
     say(f"# Out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")

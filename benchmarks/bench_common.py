@@ -52,3 +52,31 @@ def nccl_version_text(version) -> str:
         major, rest = divmod(version, 10000 if version >= 10000 else 1000)
         return f"{major}.{rest // 100}.{rest % 100}"
     return ".".join(map(str, version))
+
+
+class Heartbeat:
+    """`HEARTBEAT {"rank": r, "step": s}` every `every_s` seconds from a thread of its own,
+    with the step the rank's main thread last set. A rank blocked in a collective keeps
+    beating (its thread runs); a stopped or frozen process does not: the rank that falls
+    silent is the one that hangs (deployer/check/mpi_watch.py names it)."""
+
+    def __init__(self, rank: int, every_s: float = 1.0):
+        import threading
+
+        self.rank, self.step, self.every_s = rank, "start", every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+
+    def _beat(self) -> None:
+        import json
+
+        while not self._stop.is_set():
+            print("HEARTBEAT " + json.dumps({"rank": self.rank, "step": self.step}), flush=True)
+            self._stop.wait(self.every_s)

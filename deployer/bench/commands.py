@@ -151,12 +151,15 @@ def iperf_cmd(worker_ip: str, bidir: bool = False) -> str:
             f"timeout 30 iperf3 -c {ip} -J -t 3" + (" --bidir" if bidir else ""))
 
 
-def cleanup_cmd(cluster: Cluster) -> str:
+def cleanup_cmd(cluster: Cluster, signal: str = "TERM") -> str:
+    """Every benchmark process on every node, signalled (KILL: a stopped process too,
+    which a TERM would leave pending)."""
     shared = cluster.shared_dir.rstrip("/")
     # why the brackets: the regex [/]shared/... matches the benchmark processes but not
     # this command line (nor the shell running it), so pkill cannot kill itself.
     pattern = f"[{shared[0]}]{shared[1:]}/benchmarks/"
-    remote = shlex.quote(f"pkill -f {shlex.quote(pattern)}")
+    sig = "" if signal == "TERM" else f"-{signal} "  # TERM: pkill's own default
+    remote = shlex.quote(f"pkill {sig}-f {shlex.quote(pattern)}")
     hosts = " ".join(shlex.quote(n.private_ip) for n in cluster.nodes)
     return f"for h in {hosts}; do ssh -o BatchMode=yes -o ConnectTimeout=5 $h {remote}; done; true"
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..bench.commands import pair_cmd, parse_iperf
 from ..bench.failure import untag
 from .model import Finding, NodeReport, Status
+from .mpi_watch import Silent, run_watched
 
 if TYPE_CHECKING:
     from ..bench.sweep import Runner
@@ -136,3 +137,110 @@ def straggler_findings(rates: dict[str, float] | None, why: str, nodes: list[Nod
         n.findings.append(Finding("straggler", status, said + (": the straggler" if status != "pass" else ""),
                                   {"img_per_sec": mine, "others_median": median}))
     return [Finding("straggler", "pass", f"the same step on every node: {len(rates)} node(s) timed", {"img_per_sec": rates})]
+
+
+# --- latency and the collective, each run under the watch of every rank (mpi_watch.py) ----
+
+# A node whose best latency to the others is above this many times the other pairs' median
+# (and by more than LATENCY_SLACK_US: microseconds of noise are no finding): warned.
+LATENCY_WARN, LATENCY_SLACK_US = 3.0, 50.0
+# The all-reduce's bus bandwidth at its largest size against the slowest link measured in
+# the same run (warned, failed below these shares): NCCL's ring carries about the link's
+# rate; gloo or MPI on CPUs move every byte through the CPU, sending and receiving at once
+# (0.33 of the one-way iperf3 rate on 3 LXC nodes here, 2026-11-25; allreduce.py says why).
+COLLECTIVE_FLOOR = {"nccl": (0.5, 0.25), "cpu": (0.15, 0.05)}
+QUIET_S = 30.0  # a rank silent this long is named and the run stopped
+HEARTBEAT_S = 1.0
+
+
+def _mpirun(cluster: Cluster, script: str, args: str, map_by: str = "slot") -> tuple[str, int]:
+    """The mpirun line of a check's MPI program, and its rank count. NCCL_ALGO=Ring: a tree
+    can report more bus bandwidth than the wire carries (and gloo ignores it)."""
+    ranks = len(cluster.nodes) if map_by == "node" else len(cluster.rank_nodes(len(cluster.nodes)))
+    root = " --allow-run-as-root" if cluster.ssh_user == "root" else ""
+    return (f"timeout --kill-after=30 600 mpirun{root} --tag-output --hostfile {cluster.shared_dir}/hostfile -np {ranks} "
+            f"--map-by {map_by} --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME -x NCCL_ALGO=Ring "
+            f"python {cluster.shared_dir}/benchmarks/{script} {args} --json --heartbeat {HEARTBEAT_S:g}"), ranks
+
+
+def _json_of(out: str, benchmark: str) -> dict[str, Any] | None:
+    found = None
+    for line in out.splitlines():
+        text = untag(line)[2]
+        if text.startswith("{") and f'"benchmark": "{benchmark}"' in text:
+            found = json.loads(text)
+    return found
+
+
+def measure_latency(runner: Runner, cluster: Cluster, quiet_s: float = QUIET_S) -> tuple[dict[str, Any] | None, str, Silent | None]:
+    """benchmarks/pingpong.py, one rank per node: (its record, why it failed, a silent rank)."""
+    cmd, ranks = _mpirun(cluster, "pingpong.py", "--iters 200", map_by="node")
+    rc, out, err, silent = run_watched(runner, cluster, cmd, ranks, quiet_s=quiet_s, timeout=660)
+    record = _json_of(out, "pingpong")
+    why = "" if rc == 0 and record else (err.strip().splitlines() or [f"rc {rc}"])[-1][-300:]
+    return (record if not why else None), why, silent
+
+
+def latency_findings(record: dict[str, Any] | None, why: str, silent: Silent | None,
+                     nodes: list[NodeReport]) -> list[Finding]:
+    """Per node: its best latency against the other pairs' median; for the cluster: the matrix."""
+    if silent is not None:
+        for n in nodes:
+            if n.name == silent.node:
+                n.findings.append(Finding("latency", "fail", silent.said()))
+        return [Finding("latency", "fail", f"the latency matrix stopped: {silent.said()}")]
+    if record is None:
+        return [Finding("latency", "fail", f"the latency matrix did not run: {why}")]
+    hosts = record["hosts"]
+    pairs = [{"a": hosts[p["a"]], "b": hosts[p["b"]], "us": p["us"]} for p in record["pairs"]]
+    for n in nodes:
+        mine = [p["us"] for p in pairs if n.name in (p["a"], p["b"])]
+        rest = [p["us"] for p in pairs if n.name not in (p["a"], p["b"])]
+        if not mine or not rest:
+            continue
+        best, median = min(mine), statistics.median(rest)
+        slow = best > LATENCY_WARN * median and best - median > LATENCY_SLACK_US
+        n.findings.append(Finding("latency", "warn" if slow else "pass",
+                                  f"{best:.0f} us at best, the other pairs' median {median:.0f} us"
+                                  + (": the slow node" if slow else ""), {"us": mine}))
+    median = statistics.median(p["us"] for p in pairs) if pairs else 0.0
+    return [Finding("latency", "pass", f"{len(pairs)} pair(s), median {median:.0f} us", {"pairs": pairs})]
+
+
+def measure_collective(runner: Runner, cluster: Cluster,
+                       quiet_s: float = QUIET_S) -> tuple[dict[str, Any] | None, str, Silent | None]:
+    """benchmarks/allreduce.py over every rank, 1 MB to 64 MB."""
+    cmd, ranks = _mpirun(cluster, "allreduce.py", "-b 1M -e 64M -f 8 -n 5 -w 2")
+    rc, out, err, silent = run_watched(runner, cluster, cmd, ranks, quiet_s=quiet_s, timeout=660)
+    record = _json_of(out, "allreduce")
+    why = "" if record else (err.strip().splitlines() or [f"rc {rc}"])[-1][-300:]
+    return record, why, silent
+
+
+def collective_findings(record: dict[str, Any] | None, why: str, silent: Silent | None,
+                        link_gbit_s: float | None, nodes: list[NodeReport]) -> list[Finding]:
+    """The all-reduce over every node: correct, and its bus bandwidth against the slowest
+    link of the same run (the floor is a share of what this cluster's wire carries)."""
+    if silent is not None:
+        for n in nodes:
+            if n.name == silent.node:
+                n.findings.append(Finding("collective", "fail", silent.said()))
+        return [Finding("collective", "fail", f"the all-reduce stopped: {silent.said()}")]
+    if record is None or not record.get("rows"):
+        return [Finding("collective", "fail", f"the all-reduce did not run: {why}")]
+    if record.get("wrong"):
+        return [Finding("collective", "fail", f"the all-reduce summed wrong: {record['wrong']} element(s) differ",
+                        {"rows": record["rows"]})]
+    top = max(record["rows"], key=lambda r: r["bytes"])
+    busbw = top["busbw_gb_s"]
+    value = {"library": record.get("library"), "busbw_gb_s": busbw, "bytes": top["bytes"], "link_gbit_s": link_gbit_s}
+    said = f"{record.get('library', '?')} all-reduce of {top['bytes'] >> 20} MB over {record['world_size']} rank(s): " \
+           f"{busbw:.2f} GB/s bus bandwidth"
+    if not link_gbit_s:
+        return [Finding("collective", "pass", said + " (no link rate to hold it against)", value)]
+    share = busbw / (link_gbit_s / 8)
+    value["link_share"] = round(share, 3)
+    warn, fail = COLLECTIVE_FLOOR["nccl" if record.get("library") == "nccl" else "cpu"]
+    status: Status = "fail" if share < fail else "warn" if share < warn else "pass"
+    return [Finding("collective", status, f"{said}, {share:.0%} of the slowest link ({link_gbit_s:.2f} Gbit/s)"
+                    + (": far below what the wire carries" if status != "pass" else ""), value)]

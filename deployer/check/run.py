@@ -168,6 +168,13 @@ def _cluster_wide(state: ClusterState, cluster: Cluster, nodes: list[NodeReport]
     runner = MasterRunner(state, cluster)
     say(f"  network: iperf3 on {len(cluster_checks.pairs(cluster))} pair(s) of nodes, one at a time")
     found = cluster_checks.network_findings(cluster_checks.measure_network(runner, cluster), nodes)
+    measured = next((f.value for f in found if f.check == "network"), None) or {}
+    slowest = (measured.get("slowest") or {}).get("gbit_s")
+    say("  latency: an MPI ping-pong between every pair of nodes, every rank watched")
+    found += cluster_checks.latency_findings(*cluster_checks.measure_latency(runner, cluster), nodes)
+    say("  collective: an all-reduce over every rank (NCCL_ALGO=Ring), against the slowest link")
+    record, why, silent = cluster_checks.measure_collective(runner, cluster)
+    found += cluster_checks.collective_findings(record, why, silent, slowest, nodes)
     say("  straggler: the same synthetic step on every rank, each timed on its own")
     rates, why = cluster_checks.measure_straggler(runner, cluster)
     return found + cluster_checks.straggler_findings(rates, why, nodes)

@@ -1,12 +1,17 @@
 """`deployer check` on the real local cluster: a healthy cluster passes, and injected
 faults are found and named: a node whose link is throttled (tc on both ends of its veth)
-is the slow node, a node with a CPU hog is the straggler, a node whose shared dir is
-unmounted fails with the command that replaces it, and `up --replace-failed` does."""
+is the slow node, a node with a CPU hog is the straggler, a rank stopped (SIGSTOP) in the
+middle of the latency matrix is named within the stated time and nothing is left
+running, a node whose shared dir is unmounted fails with the command that replaces it,
+and `up --replace-failed` does."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -90,6 +95,36 @@ def test_a_node_with_a_cpu_hog_is_the_straggler(local_cluster):
     straggler = _findings(report, "straggler")
     assert straggler[busy]["status"] in ("warn", "fail") and "the straggler" in straggler[busy]["detail"], straggler
     assert all(f["status"] == "pass" for name, f in straggler.items() if name != busy), straggler
+
+
+def test_a_rank_that_stops_mid_check_is_named_in_the_stated_time(local_cluster):
+    """A rank of the latency matrix SIGSTOPped on a worker: its heartbeat stops, the watch
+    names it (node, rank, step) after mpi_watch's quiet time, and stops the run cleanly."""
+    from deployer.check.cluster_checks import QUIET_S
+
+    frozen = local_cluster.cluster_output().workers[0].name
+    proc = subprocess.Popen([sys.executable, "-m", "deployer", "check", "--level", "standard", "--json"],
+                            cwd=local_cluster.workdir, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ})
+    pid = ""
+    deadline = time.monotonic() + 300
+    while not pid and time.monotonic() < deadline and proc.poll() is None:
+        pid = subprocess.run(["lxc-attach", "-n", frozen, "--", "pgrep", "-f", "benchmarks/pingpong.py"],
+                             capture_output=True, text=True).stdout.split("\n")[0].strip()
+        time.sleep(0.3)
+    assert pid, "the latency matrix never ran on the worker"
+    subprocess.run(["lxc-attach", "-n", frozen, "--", "kill", "-STOP", pid], check=True)
+    stopped_at = time.monotonic()
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 1, err[-3000:]
+    report = json.loads(out)
+    latency = next(f for n in report["nodes"] if n["name"] == frozen for f in n["findings"] if f["check"] == "latency")
+    assert latency["status"] == "fail" and f"on {frozen} silent for {QUIET_S:.0f} s" in latency["detail"], latency
+    assert "nothing is left running" in latency["detail"]
+    left = subprocess.run(["lxc-attach", "-n", frozen, "--", "pgrep", "-f", "benchmarks/"], capture_output=True, text=True)
+    assert left.returncode == 1, f"left running: {left.stdout}"
+    # Named once its quiet time passed (the rest of the standard check runs after it).
+    assert time.monotonic() - stopped_at >= QUIET_S
 
 
 def test_a_node_without_its_shared_dir_fails_by_name_and_replace_failed_repairs_it(local_cluster):

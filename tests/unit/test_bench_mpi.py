@@ -249,3 +249,42 @@ def test_hung_run_is_killed_and_reported(fake_cluster, tmp_path):
     assert "pkill" in runner.commands[-1]
     left = subprocess.run(["pgrep", "-f", f"{cl.shared_dir}/benchmarks/"], capture_output=True, text=True, check=False)
     assert left.stdout.strip() == "", "benchmark processes survived the cleanup"
+
+
+def test_the_check_names_a_rank_that_stops_and_leaves_nothing_running():
+    """benchmarks/pingpong.py (the check's latency matrix) under a real mpirun here, one
+    rank SIGSTOPped once it beats: mpi_watch names that rank and its step after the quiet
+    time, and the stop (every benchmark process killed, as on the nodes) ends the run."""
+    import signal
+    import threading
+
+    from deployer.check import mpi_watch
+    from deployer.remote import stream
+    from tests.clusters import typed
+
+    cluster = typed({"name": "c", "shared_dir": str(BENCH.parent), "nodes": [{"name": "c-master"}, {"name": "c-worker-1"}]})
+    cmd = ["mpirun", "--tag-output", "-np", "2", "--bind-to", "none", sys.executable, str(BENCH / "pingpong.py"),
+           "--iters", "100000000", "--heartbeat", "0.2"]
+    stopped: list[int] = []
+
+    class Runner:  # the master's shell, here
+        def run(self, command, *, timeout, on_line=None):
+            if "pkill" in command:  # the watch's stop: what it runs on every node, run on this machine
+                subprocess.run(["pkill", "-KILL", "-f", f"[{str(BENCH)[0]}]{str(BENCH)[1:]}/pingpong.py"])
+                return 0, "", ""
+
+            def watch(line):
+                if "HEARTBEAT" in line and line.startswith("[1,1]") and not stopped:
+                    pid = subprocess.run(["pgrep", "-f", "-n", "pingpong.py --iters 100000000"], capture_output=True,
+                                         text=True).stdout.split()
+                    stopped.append(int(pid[0]))
+                    threading.Thread(target=os.kill, args=(int(pid[0]), signal.SIGSTOP)).start()
+                on_line(line)
+            return stream(command, timeout=timeout, on_line=watch, env=mpi_env())
+
+    rc, out, err, silent = mpi_watch.run_watched(Runner(), cluster, cmd, 2, quiet_s=3, timeout=120)
+    assert stopped and silent is not None, (rc, err[-2000:])
+    assert silent.rank in (0, 1) and silent.node == ("c-master", "c-worker-1")[silent.rank]
+    assert silent.step.startswith("pair 0-1") or silent.step == "start"
+    assert "silent for 3 s" in silent.said() and "nothing is left running" in silent.said()
+    assert subprocess.run(["pgrep", "-f", "pingpong.py --iters 100000000"], capture_output=True).returncode == 1
