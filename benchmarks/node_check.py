@@ -8,7 +8,8 @@ shared dir is in (a node whose /shared went is what it must find); by hand,
 `python3 /shared/benchmarks/node_check.py ...` does the same.
 
 Prints, as it goes, `STEP <name>` when a check starts (the controller names the last one
-should the node fall silent) and `CHECK {json}` when it ends: {"check", "status" (pass,
+should the node fall silent), `BEAT` every few seconds while one runs, and `CHECK {json}`
+when it ends: {"check", "status" (pass,
 warn, fail, skip), "detail", and "value" where there is a figure}. The controller
 (deployer/check/) compares the nodes with each other and with what the cluster promises,
 and gives the verdicts; this script only measures and says what it saw. Standard library
@@ -36,9 +37,10 @@ from collections.abc import Callable
 from typing import Any
 
 GIB = 1 << 30
+BEAT_S = 5.0
 # Free space below these fails or warns: a checkpoint or a dataset will not fit.
 DISK_FAIL_BYTES, DISK_WARN_BYTES, DISK_WARN_FRACTION = 1 * GIB, 5 * GIB, 0.05
-DCGM_LEVEL = {"standard": 2, "full": 3}
+DCGM_LEVEL = {"quick": 1, "standard": 2, "full": 3}  # dcgmi diag -r: seconds, about 2 min, about 15 min per GPU
 
 
 def emit(tag: str, payload: Any) -> None:
@@ -210,15 +212,28 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if a.gpus:
         checks.append(("gpus", lambda: check_gpus(a.gpus, a.timeout)))
-        if a.level in DCGM_LEVEL:
+        if a.level != "quick":
             checks.append(("gpu_run", lambda: check_gpu_run(f"{a.shared}/benchmarks", a.timeout * 3)))
-            checks.append(("dcgm", lambda: check_dcgm(DCGM_LEVEL[a.level], a.timeout * (5 if a.level == "full" else 2))))
+        checks.append(("dcgm", lambda: check_dcgm(DCGM_LEVEL[a.level], a.timeout * {"quick": 1, "standard": 5, "full": 30}[a.level])))
+    # A beat every few seconds from a thread of its own, whatever a check waits for: the
+    # controller names a node that falls silent (a frozen process, a dead connection); a
+    # check that never returns is bounded by its own timeout instead.
+    import threading
+
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(BEAT_S):
+            emit("BEAT", str(round(time.time())))
+
+    threading.Thread(target=beat, daemon=True).start()
     for name, fn in checks:
         emit("STEP", name)
         try:
             emit("CHECK", fn())
         except Exception as e:  # a check that breaks is that check failing, named; the rest still run
             emit("CHECK", result(name, "fail", f"the check itself failed: {e.__class__.__name__}: {e}"))
+    stop.set()
     emit("DONE", socket.gethostname())
     return 0
 

@@ -108,7 +108,7 @@ def gpus(nodes: list[NodeReport], expected: dict[str, int]) -> None:
     """GPU nodes' `nvidia-smi -q`, read (gpu_facts.gpu_problems): the count the cluster
     promises, each GPU's ECC, row remapping, page retirement and PCIe width, and the model
     against the other nodes' (one cluster is one flavor)."""
-    from ..gpu_facts import gpu_problems, smi_gpus
+    from ..gpu_facts import fabric_ready, fabric_states, gpu_problems, smi_gpus
 
     models: dict[str, str] = {}
     for n in nodes:
@@ -119,6 +119,10 @@ def gpus(nodes: list[NodeReport], expected: dict[str, int]) -> None:
         names = sorted({str(t.get("Product Name", "?")) for _, t in found})
         problems = [(status, f"GPU {bus}: {what}") for bus, t in found for status, what in gpu_problems(t)]
         want = expected.get(n.name, 0)
+        if not fabric_ready(str(f.value.get("smi_q", ""))):
+            states = sorted({f"{s}/{st}" for s, st in fabric_states(str(f.value.get("smi_q", ""))) if s != "N/A"})
+            problems.append(("fail", f"the NVSwitch fabric is not trained ({', '.join(states)}): is nvidia-fabricmanager "
+                                     f"running?"))
         if len(found) < want:
             problems.insert(0, ("fail", f"{len(found)} GPU(s) answer, the cluster promises {want}"))
         status: Status = "fail" if any(s == "fail" for s, _ in problems) else "warn" if problems else "pass"

@@ -87,3 +87,22 @@ def test_dcgm_diagnostics_read_test_by_test():
     assert nodes[0].findings[0].detail == "level 2: 11 test(s) passed"
     assert nodes[1].reason().startswith("dcgm: GPU Memory: Pass - GPUs: 1, 2, 3, 4, 5, 6, 7 Fail - GPU: 0")
     assert "skipped" in nodes[2].findings[0].detail
+
+
+def test_an_nvswitch_fabric_not_trained_fails_the_node():
+    """The Fabric section as an H100 node prints it before Fabric Manager trained the
+    fabric (tests/fixtures/gpu/, recorded), under a GPU of its own."""
+    fixtures = HEALTH.parent
+    head = "GPU 00000000:18:00.0\n    Product Name                          : NVIDIA H100 80GB HBM3\n"
+    for name, verdict in (("nvidia-smi-q-fabric.in-progress.txt", "fail"), ("nvidia-smi-q-fabric.completed.txt", "pass")):
+        node = NodeReport("a", [Finding("gpus", "pass", "", {"smi_q": head + (fixtures / name).read_text()})])
+        analyse.gpus([node], {"a": 1})
+        assert node.verdict == verdict, node.reason()
+    assert "the NVSwitch fabric is not trained (In Progress/N/A)" in analyse_reason("nvidia-smi-q-fabric.in-progress.txt")
+
+
+def analyse_reason(fixture: str) -> str:
+    head = "GPU 00000000:18:00.0\n    Product Name                          : NVIDIA H100 80GB HBM3\n"
+    node = NodeReport("a", [Finding("gpus", "pass", "", {"smi_q": head + (HEALTH.parent / fixture).read_text()})])
+    analyse.gpus([node], {"a": 1})
+    return node.reason()
