@@ -23,13 +23,14 @@ import socket
 import subprocess
 import sys
 import timeit
+from contextlib import nullcontext
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from bench_common import mpi_library, nccl_version_text, rendezvous
+from bench_common import Heartbeat, mpi_library, nccl_version_text, rendezvous
 from mpi4py import MPI
 from torch import nn, optim
 
@@ -144,6 +145,8 @@ def parse_args(argv=None):
                    help="after the timed iterations, profile --timeline-steps more steps with torch.profiler; "
                         "every rank writes DIR/rank<r>-<host>.json (Chrome trace; merge_timeline.py joins them)")
     p.add_argument("--timeline-steps", type=int, default=3, help="steps under the profiler with --timeline")
+    p.add_argument("--heartbeat", type=float, default=0,
+                   help="every rank prints HEARTBEAT lines every this many seconds (bench_common.Heartbeat; 0: none)")
     p.add_argument("--progress", action="store_true",
                    help="rank 0 prints a 'PROGRESS {json}' line after every batch (deployer bench shows them)")
     return p.parse_args(argv)
@@ -268,14 +271,20 @@ def main(argv=None) -> int:
     log(f"Number of {dev}s: {size}")
     log("Running warmup...")
     progress(phase="start", iters=args.num_iters, warmup=args.num_warmup_batches, batches=args.num_batches_per_iter)
-    timed(args.num_warmup_batches, "warmup")
-    log("Running benchmark...")
-    img_secs = []
-    for x in range(args.num_iters):
-        img_sec = args.batch_size * args.num_batches_per_iter / timed(args.num_batches_per_iter, "iter", x + 1)
-        log(f"Iter #{x}: {img_sec:.1f} img/sec per {dev}")
-        progress(phase="iter_done", iter=x + 1, iters=args.num_iters, img_per_sec=img_sec)
-        img_secs.append(img_sec)
+    beat = Heartbeat(rank, args.heartbeat) if args.heartbeat else None
+    with beat or nullcontext():
+        if beat:
+            beat.step = "warmup"
+        timed(args.num_warmup_batches, "warmup")
+        log("Running benchmark...")
+        img_secs = []
+        for x in range(args.num_iters):
+            if beat:
+                beat.step = f"iter {x + 1}"
+            img_sec = args.batch_size * args.num_batches_per_iter / timed(args.num_batches_per_iter, "iter", x + 1)
+            log(f"Iter #{x}: {img_sec:.1f} img/sec per {dev}")
+            progress(phase="iter_done", iter=x + 1, iters=args.num_iters, img_per_sec=img_sec)
+            img_secs.append(img_sec)
 
     if args.timeline:
         # After the timed iterations, so the profiler's own cost never enters the figures.

@@ -38,7 +38,7 @@ NET_WARN, NET_FAIL = 0.75, 0.5
 # A rank's own step rate below these shares of the other nodes' median: warned, failed.
 STRAGGLER_WARN, STRAGGLER_FAIL = 0.75, 0.5
 STRAGGLER_ARGS = ["--mode", "ensemble", "--model", "resnet18", "--image-size", "32", "--batch-size", "8",
-                  "--num-warmup-batches", "2", "--num-batches-per-iter", "3", "--num-iters", "3", "--json"]
+                  "--num-warmup-batches", "2", "--num-batches-per-iter", "3", "--num-iters", "3"]
 
 
 def pairs(cluster: Cluster, seed: int = 0) -> list[tuple[Node, Node]]:
@@ -97,32 +97,29 @@ def network_findings(measured: list[dict[str, Any]], nodes: list[NodeReport]) ->
                     {"pairs": measured, "median_gbit_s": statistics.median(p["gbit_s"] for p in rated), "slowest": slowest})]
 
 
-def straggler_cmd(cluster: Cluster, timeout_s: int = 300) -> str:
-    ranks = len(cluster.rank_nodes(len(cluster.nodes)))
-    root = " --allow-run-as-root" if cluster.ssh_user == "root" else ""
-    return (f"timeout --kill-after=30 {timeout_s} mpirun{root} --tag-output --hostfile {cluster.shared_dir}/hostfile "
-            f"-np {ranks} --map-by slot --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME "
-            f"python {cluster.shared_dir}/benchmarks/resnet_synthetic.py " + " ".join(STRAGGLER_ARGS))
-
-
-def measure_straggler(runner: Runner, cluster: Cluster) -> tuple[dict[str, float] | None, str]:
-    """img/s of each node's ranks on their own (None and why when the run failed)."""
-    rc, out, err = runner.run(straggler_cmd(cluster), timeout=400)
-    record = None
-    for line in out.splitlines():
-        text = untag(line)[2]
-        if text.startswith("{") and '"resnet_synthetic"' in text:
-            record = json.loads(text)
-    if rc != 0 or record is None:
-        return None, (err.strip().splitlines() or [f"rc {rc}"])[-1][-300:]
+def measure_straggler(runner: Runner, cluster: Cluster,
+                      quiet_s: float | None = None) -> tuple[dict[str, float] | None, str, Silent | None]:
+    """img/s of each node's ranks on their own (None and why when the run failed), every
+    rank watched (a rank silent for the quiet time is named and the run stopped)."""
+    cmd, ranks = _mpirun(cluster, "resnet_synthetic.py", " ".join(STRAGGLER_ARGS))
+    rc, out, err, silent = run_watched(runner, cluster, cmd, ranks, quiet_s=quiet_s or QUIET_S, timeout=660)
+    record = _json_of(out, "resnet_synthetic")
+    if silent is not None or rc != 0 or record is None:
+        return None, (err.strip().splitlines() or [f"rc {rc}"])[-1][-300:], silent
     rates: dict[str, float] = defaultdict(float)
     hosts = {n.private_ip: n.name for n in cluster.nodes} | {n.name: n.name for n in cluster.nodes}
     for r in record["ranks"]:
         rates[hosts.get(r["host"], r["host"])] += r["img_per_sec"]
-    return dict(rates), ""
+    return dict(rates), "", None
 
 
-def straggler_findings(rates: dict[str, float] | None, why: str, nodes: list[NodeReport]) -> list[Finding]:
+def straggler_findings(rates: dict[str, float] | None, why: str, silent: Silent | None,
+                       nodes: list[NodeReport]) -> list[Finding]:
+    if silent is not None:
+        for n in nodes:
+            if n.name == silent.node:
+                n.findings.append(Finding("straggler", "fail", silent.said()))
+        return [Finding("straggler", "fail", f"the synthetic step stopped: {silent.said()}")]
     if rates is None:
         return [Finding("straggler", "fail", f"the synthetic step did not run on every node: {why}")]
     for n in nodes:

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from ..cluster import Cluster
 
 
+STARTUP_GRACE_S = 60.0
+
+
 @dataclass(frozen=True)
 class Silent:
     rank: int
@@ -42,7 +45,8 @@ def run_watched(runner: Runner, cluster: Cluster, cmd: str, ranks: int, *, quiet
     master; (rc, stdout, stderr, the rank that fell silent or None)."""
     rank_nodes = cluster.rank_nodes(len(cluster.nodes))
     started = time.monotonic()
-    last: dict[int, tuple[float, str]] = {r: (started, "start") for r in range(ranks)}
+    # A rank's first beat comes after its imports (torch: seconds, more on a busy node).
+    last: dict[int, tuple[float, str]] = {r: (started + STARTUP_GRACE_S, "start") for r in range(ranks)}
     lock = threading.Lock()
     done = threading.Event()
     silent: list[Silent] = []

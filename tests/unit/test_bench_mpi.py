@@ -251,7 +251,7 @@ def test_hung_run_is_killed_and_reported(fake_cluster, tmp_path):
     assert left.stdout.strip() == "", "benchmark processes survived the cleanup"
 
 
-def test_the_check_names_a_rank_that_stops_and_leaves_nothing_running():
+def test_the_check_names_a_rank_that_stops_and_leaves_nothing_running(monkeypatch):
     """benchmarks/pingpong.py (the check's latency matrix) under a real mpirun here, one
     rank SIGSTOPped once it beats: mpi_watch names that rank and its step after the quiet
     time, and the stop (every benchmark process killed, as on the nodes) ends the run."""
@@ -282,6 +282,7 @@ def test_the_check_names_a_rank_that_stops_and_leaves_nothing_running():
                 on_line(line)
             return stream(command, timeout=timeout, on_line=watch, env=mpi_env())
 
+    monkeypatch.setattr(mpi_watch, "STARTUP_GRACE_S", 0)  # the ranks start in a moment here
     rc, out, err, silent = mpi_watch.run_watched(Runner(), cluster, cmd, 2, quiet_s=3, timeout=120)
     assert stopped and silent is not None, (rc, err[-2000:])
     assert silent.rank in (0, 1) and silent.node == ("c-master", "c-worker-1")[silent.rank]

@@ -183,10 +183,10 @@ def test_the_straggler_is_the_node_slower_than_the_others_median():
             assert "resnet_synthetic.py --mode ensemble" in cmd and "-np 3" in cmd
             return 0, "[1,0]<stdout>:Img/sec\n[1,0]<stdout>:" + json.dumps(record) + "\n", ""
 
-    rates, why = cluster_checks.measure_straggler(Runner(), cluster)
+    rates, why, silent = cluster_checks.measure_straggler(Runner(), cluster)
     nodes = [NodeReport(n) for n in cluster.names]
-    cluster_checks.straggler_findings(rates, why, nodes)
+    cluster_checks.straggler_findings(rates, why, silent, nodes)
     assert [n.verdict for n in nodes] == ["pass", "warn", "pass"]
     assert nodes[1].reason() == "straggler: 2.0 img/s on its own, 59% of the other nodes' median (3.4): the straggler"
-    [failed] = cluster_checks.straggler_findings(None, "mpirun: rank 2 died", [])
+    [failed] = cluster_checks.straggler_findings(None, "mpirun: rank 2 died", None, [])
     assert failed.status == "fail" and "rank 2 died" in failed.detail
