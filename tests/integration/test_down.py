@@ -5,6 +5,7 @@ file names."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,10 +24,14 @@ def test_down_without_the_spec_record_refuses_to_forget_a_stray_then_leaves_noth
     # and Terraform's state.
     (local_cluster.state / "spec.json").unlink()
     # A container of the cluster's name that Terraform does not know (a stray of an
-    # interrupted scale-in): down destroys what it knows, then refuses to forget the rest.
+    # interrupted scale-in: the driver had recorded the cluster's id beside it): down
+    # destroys what it knows, then refuses to forget the rest.
+    from deployer.providers.local.node import CLUSTER_ID_FILE
+
     stray = Path("/var/lib/lxc/itest-worker-9")
     stray.mkdir(parents=True)
     (stray / "config").write_text("lxc.uts.name = itest-worker-9\n")
+    (stray / CLUSTER_ID_FILE).write_text(json.loads((local_cluster.state / "origin.json").read_text())["cluster_id"] + "\n")
     try:
         p = local_cluster.deployer("down", "--yes", timeout=600)
         assert p.returncode == 1, p.stderr
