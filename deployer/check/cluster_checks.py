@@ -113,13 +113,18 @@ def measure_straggler(runner: Runner, cluster: Cluster,
     return dict(rates), "", None
 
 
+def _stopped(check: str, what: str, silent: Silent, nodes: list[NodeReport]) -> list[Finding]:
+    """A rank fell silent: its node fails `check`, and so does the cluster's finding."""
+    for n in nodes:
+        if n.name == silent.node:
+            n.findings.append(Finding(check, "fail", silent.said()))
+    return [Finding(check, "fail", f"{what} stopped: {silent.said()}")]
+
+
 def straggler_findings(rates: dict[str, float] | None, why: str, silent: Silent | None,
                        nodes: list[NodeReport]) -> list[Finding]:
     if silent is not None:
-        for n in nodes:
-            if n.name == silent.node:
-                n.findings.append(Finding("straggler", "fail", silent.said()))
-        return [Finding("straggler", "fail", f"the synthetic step stopped: {silent.said()}")]
+        return _stopped("straggler", "the synthetic step", silent, nodes)
     if rates is None:
         return [Finding("straggler", "fail", f"the synthetic step did not run on every node: {why}")]
     for n in nodes:
@@ -182,10 +187,7 @@ def latency_findings(record: dict[str, Any] | None, why: str, silent: Silent | N
                      nodes: list[NodeReport]) -> list[Finding]:
     """Per node: its best latency against the other pairs' median; for the cluster: the matrix."""
     if silent is not None:
-        for n in nodes:
-            if n.name == silent.node:
-                n.findings.append(Finding("latency", "fail", silent.said()))
-        return [Finding("latency", "fail", f"the latency matrix stopped: {silent.said()}")]
+        return _stopped("latency", "the latency matrix", silent, nodes)
     if record is None:
         return [Finding("latency", "fail", f"the latency matrix did not run: {why}")]
     hosts = record["hosts"]
@@ -219,10 +221,7 @@ def collective_findings(record: dict[str, Any] | None, why: str, silent: Silent 
     """The all-reduce over every node: correct, and its bus bandwidth against the slowest
     link of the same run (the floor is a share of what this cluster's wire carries)."""
     if silent is not None:
-        for n in nodes:
-            if n.name == silent.node:
-                n.findings.append(Finding("collective", "fail", silent.said()))
-        return [Finding("collective", "fail", f"the all-reduce stopped: {silent.said()}")]
+        return _stopped("collective", "the all-reduce", silent, nodes)
     if record is None or not record.get("rows"):
         return [Finding("collective", "fail", f"the all-reduce did not run: {why}")]
     if record.get("wrong"):
