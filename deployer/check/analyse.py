@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -44,24 +45,30 @@ def clock(nodes: list[NodeReport], received_at: dict[str, float]) -> None:
         _replace(n, "clock", status, said)
 
 
-def size(nodes: list[NodeReport]) -> None:
-    """CPUs and memory against the other nodes': the nodes of one cluster are one flavor."""
-    seen = {n.name: _value(n, "size") for n in nodes}
-    sized = {k: v for k, v in seen.items() if isinstance(v, dict)}
-    if len(sized) < 2:
-        return
-    cpus = Counter(v["cpus"] for v in sized.values()).most_common(1)[0][0]
+def size(nodes: list[NodeReport], promised: Mapping[str, Any] | None = None) -> None:
+    """CPUs and memory against what the flavor promises (the cluster output's machine:
+    vcpus, ram_mb; OpenStack's preflight reads them from Nova) and against the other
+    nodes': the nodes of one cluster are one flavor. The kernel keeps some memory for
+    itself: a node with under MEMORY_SHARE of the promise is short."""
+    sized = {n.name: v for n in nodes if isinstance(v := _value(n, "size"), dict)}
+    vcpus, ram_mb = (promised or {}).get("vcpus"), (promised or {}).get("ram_mb")
+    cpus = Counter(v["cpus"] for v in sized.values()).most_common(1)[0][0] if len(sized) > 1 else None
     for n in nodes:
         v = sized.get(n.name)
         if v is None:
             continue
-        others = [o["memory_bytes"] for k, o in sized.items() if k != n.name]
-        median = statistics.median(others)
         problems = []
-        if v["cpus"] < cpus:
+        gib = v["memory_bytes"] / (1 << 30)
+        if vcpus and v["cpus"] < vcpus:
+            problems.append(f"{v['cpus']} CPU(s), the flavor promises {vcpus}")
+        elif cpus is not None and v["cpus"] < cpus:
             problems.append(f"{v['cpus']} CPU(s), the others have {cpus}")
-        if median and v["memory_bytes"] < MEMORY_SHARE * median:
-            problems.append(f"{v['memory_bytes'] / (1 << 30):.1f} GiB of memory, the others {median / (1 << 30):.1f} GiB")
+        others = [o["memory_bytes"] for k, o in sized.items() if k != n.name]
+        median = statistics.median(others) if others else 0
+        if ram_mb and v["memory_bytes"] < MEMORY_SHARE * ram_mb * (1 << 20):
+            problems.append(f"{gib:.1f} GiB of memory, the flavor promises {ram_mb / 1024:.1f} GiB")
+        elif median and v["memory_bytes"] < MEMORY_SHARE * median:
+            problems.append(f"{gib:.1f} GiB of memory, the others {median / (1 << 30):.1f} GiB")
         if problems:
             _replace(n, "size", "warn", "; ".join(problems))
 

@@ -148,7 +148,7 @@ def run_check(state: ClusterState, cluster: Cluster, level: str = "quick", *, qu
                                                                  f"{why[-1][-200:] if why else 'no message'}"))
         analyse.missing([w.report], NODE_CHECKS)
     analyse.clock(nodes, {w.node.name: w.received_at for w in watches if w.received_at is not None})
-    analyse.size(nodes)
+    analyse.size(nodes, cluster.machine)
     analyse.interface(nodes)
     analyse.gpus(nodes, {n.name: n.gpus for n in cluster.nodes})
     analyse.dcgm(nodes)

@@ -9,8 +9,12 @@ output "cluster" {
     access = "via_master"
     # /shared is exported by the master over NFS.
     shared_storage = "nfs"
-    # What the nodes are, for the benchmark's reproducibility record.
-    machine = { image = coalesce(var.image_name, var.image_id), flavor = var.flavor_name }
+    # What the nodes are, for the benchmark's reproducibility record, and what the flavor
+    # promises of each, for `deployer check` (vCPUs, RAM in MiB; null: not known).
+    machine = {
+      image = coalesce(var.image_name, var.image_id), flavor = var.flavor_name,
+      vcpus = var.flavor_vcpus, ram_mb = var.flavor_ram_mb
+    }
     # Each VM has its own vCPUs.
     shared_cpus = null
     # The nodes use the public package sources.

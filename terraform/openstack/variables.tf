@@ -166,6 +166,26 @@ variable "gpus_per_node" {
   }
 }
 
+variable "flavor_vcpus" {
+  type        = number
+  description = "vCPUs the flavor promises (the deployer's preflight read them from Nova); in the cluster output, for `deployer check`. null: unknown."
+  default     = null
+  validation {
+    condition     = var.flavor_vcpus == null || try(var.flavor_vcpus >= 1 && floor(var.flavor_vcpus) == var.flavor_vcpus, false)
+    error_message = "flavor_vcpus must be a whole number of at least 1, or null."
+  }
+}
+
+variable "flavor_ram_mb" {
+  type        = number
+  description = "RAM in MiB the flavor promises (the deployer's preflight read it from Nova); in the cluster output, for `deployer check`. null: unknown."
+  default     = null
+  validation {
+    condition     = var.flavor_ram_mb == null || try(var.flavor_ram_mb >= 1 && floor(var.flavor_ram_mb) == var.flavor_ram_mb, false)
+    error_message = "flavor_ram_mb must be a whole number of MiB, at least 1, or null."
+  }
+}
+
 # ---- network -------------------------------------------------------------------------------
 
 variable "external_network" {

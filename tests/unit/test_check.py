@@ -190,3 +190,17 @@ def test_the_straggler_is_the_node_slower_than_the_others_median():
     assert nodes[1].reason() == "straggler: 2.0 img/s on its own, 59% of the other nodes' median (3.4): the straggler"
     [failed] = cluster_checks.straggler_findings(None, "mpirun: rank 2 died", None, [])
     assert failed.status == "fail" and "rank 2 died" in failed.detail
+
+
+def test_a_node_short_of_what_the_flavor_promises_is_named():
+    """OpenStack's cluster output carries the flavor's vCPUs and RAM (the preflight read
+    them from Nova): a VM short of them warns, even when every node is as short."""
+    gib = 1 << 30
+    nodes = [_node(n, size={"cpus": c, "memory_bytes": m * gib}) for n, c, m in (("a", 8, 31), ("b", 4, 31), ("c", 8, 24))]
+    analyse.size(nodes, {"flavor": "g1.large", "vcpus": 8, "ram_mb": 32768})
+    assert [n.verdict for n in nodes] == ["pass", "warn", "warn"]
+    assert nodes[1].reason() == "size: 4 CPU(s), the flavor promises 8"
+    assert nodes[2].reason() == "size: 24.0 GiB of memory, the flavor promises 32.0 GiB"
+    alike = [_node(n, size={"cpus": 4, "memory_bytes": 31 * gib}) for n in ("a", "b")]
+    analyse.size(alike, {"vcpus": 8, "ram_mb": 32768})
+    assert [n.reason() for n in alike] == ["size: 4 CPU(s), the flavor promises 8"] * 2

@@ -95,7 +95,8 @@ class OpenStackProvider:
         }
         if checked is not None:  # what this run's preflight resolved: the module takes IDs as they are
             values |= {"flavor_id": checked.flavor_id or None, "external_network_id": checked.external_network_id or None,
-                       "network_id": checked.network_id}
+                       "network_id": checked.network_id, "flavor_vcpus": checked.vcpus or None,
+                       "flavor_ram_mb": checked.ram_mb or None}
             if checked.image_id:
                 values.pop("image_name", None)
                 values["image_id"] = checked.image_id
