@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -185,9 +186,12 @@ def check_gpu_run(benchmarks: str, timeout: float) -> dict[str, Any]:
 def check_dcgm(level: int, timeout: float) -> dict[str, Any]:
     """DCGM's diagnostics at `level`, its table as printed (the controller reads it test by
     test: deployer/gpu_facts.py dcgm_results)."""
-    rc, out = run(["dcgmi", "diag", "-r", str(level)], timeout)
-    if rc == 127:
+    if shutil.which("dcgmi") is None:
         return result("dcgm", "skip", "DCGM is not installed (monitoring.dcgm installs it on GPU nodes)")
+    # Its deployment tests (permissions, persistence mode) want root: the cluster user has
+    # passwordless sudo.
+    sudo = ["sudo", "-n"] if os.geteuid() != 0 and shutil.which("sudo") else []
+    rc, out = run([*sudo, "dcgmi", "diag", "-r", str(level)], timeout)
     if "|" not in out:
         return result("dcgm", "fail", f"dcgmi diag -r {level}: {out.splitlines()[-1] if out else rc}")
     return result("dcgm", "pass", f"dcgmi diag -r {level} answered", {"level": level, "text": out})

@@ -204,3 +204,18 @@ def test_a_node_short_of_what_the_flavor_promises_is_named():
     alike = [_node(n, size={"cpus": 4, "memory_bytes": 31 * gib}) for n in ("a", "b")]
     analyse.size(alike, {"vcpus": 8, "ram_mb": 32768})
     assert [n.reason() for n in alike] == ["size: 4 CPU(s), the flavor promises 8"] * 2
+
+
+def test_a_gpu_node_without_its_driver_fails_and_dcgm_is_skipped_where_absent():
+    """--gpus 1 on this machine (no NVIDIA driver, no DCGM): the cluster promised a GPU
+    that nvidia-smi cannot show; DCGM's diagnostics are skipped, not failed."""
+    token = f"unit-gpu-{time.time_ns()}"
+    try:
+        found = node_check("--shared", "/dev/shm", "--token", token, "--gpus", "1")
+    finally:
+        import shutil
+
+        shutil.rmtree(f"/dev/shm/.deployer-check/{token}", ignore_errors=True)
+    assert found["gpus"]["status"] == "fail" and "nvidia-smi" in found["gpus"]["detail"]
+    assert found["dcgm"]["status"] == "skip" and "not installed" in found["dcgm"]["detail"]
+    assert "gpu_run" not in found, "quick: no CUDA run"
