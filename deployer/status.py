@@ -108,7 +108,21 @@ def status(state: ClusterState) -> dict[str, Any] | None:
         ],
         "extra": seen.extra,
         "lifetime": lifetime_of(state),
+        "check": check_of(state),
     }
+
+
+def check_of(state: ClusterState) -> dict[str, Any] | None:
+    """The last `deployer check` (every `up` ends with one): its verdict, level, time, and
+    the nodes it failed or warned about; None: none yet."""
+    from .check.run import last_report
+
+    report = last_report(state)
+    if report is None:
+        return None
+    return {"verdict": report.verdict, "level": report.level, "at": report.at,
+            "failed": {n.name: n.reason() for n in report.nodes if n.verdict == "fail"},
+            "warned": {n.name: n.reason() for n in report.nodes if n.verdict == "warn"}}
 
 
 def lifetime_of(state: ClusterState) -> dict[str, Any] | None:
@@ -142,6 +156,13 @@ def show(info: dict[str, Any]) -> None:
         else:
             ui.warn(f"expired {lifetime.human(left)} ago (at {life['expires_at']}); `deployer gc --yes` destroys it, "
                     "`deployer up --ttl 8h` keeps it 8h more")
+    check = info.get("check")
+    if check:
+        said = f"last check ({check['level']}, {check['at']}): {check['verdict']}"
+        for name, reason in {**check["failed"], **check["warned"]}.items():
+            said += f"; {name}: {reason}"
+        (ui.warn if check["verdict"] != "pass" else ui.info)(said + ("; `deployer up --replace-failed` replaces what failed"
+                                                                      if check["failed"] else ""))
     for extra in info["extra"]:
         ui.warn(
             f"{extra} exists but is not in the cluster record (left by an interrupted scale-in?); "

@@ -44,3 +44,23 @@ def test_the_status_table_shows_each_node_of_the_typed_cluster():
     assert "demo-worker-1" in table and "10.0.0.11" in table and "id 0123456789ab" in table
     row = next(line for line in table.splitlines() if "demo-worker-1" in line)
     assert [cell.strip() for cell in row.split("│")[1:-1]] == ["demo-worker-1", "worker", "10.0.0.11", "-", "2", "ok"]
+
+
+def test_status_says_what_the_last_check_found(tmp_path, capsys):
+    from deployer import records
+    from deployer.check.model import CheckReport, Finding, NodeReport
+    from deployer.check.run import check_file
+
+    st = ClusterState(tmp_path, "demo")
+    assert status.check_of(st) is None
+    report = CheckReport("demo", "standard", "2026-11-25T22:00:00Z",
+                         [NodeReport("demo-master", [Finding("clock", "pass", "")]),
+                          NodeReport("demo-worker-1", [Finding("network", "fail", "the slow node")])])
+    records.write(check_file(st), report.to_record())
+    found = status.check_of(st)
+    assert found == {"verdict": "fail", "level": "standard", "at": "2026-11-25T22:00:00Z",
+                     "failed": {"demo-worker-1": "network: the slow node"}, "warned": {}}
+    status.show({"name": "demo", "id": None, "provider": "local", "extra": [], "lifetime": None, "nodes": [], "check": found})
+    said = capsys.readouterr().err
+    assert "last check (standard, 2026-11-25T22:00:00Z): fail; demo-worker-1: network: the slow node" in said
+    assert "`deployer up --replace-failed`" in said
