@@ -70,6 +70,7 @@ class _Watch:
     done: bool = False
     silent: bool = False
     stderr: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
 
     def read(self) -> None:
         for line in self.proc.stdout or []:
@@ -126,7 +127,10 @@ def run_check(state: ClusterState, cluster: Cluster, level: str = "quick", *, qu
         except BrokenPipeError:  # the connection is gone already: its rc and stderr say why
             pass
         watches.append(_Watch(node, proc, NodeReport(node.name)))
-    threads = [threading.Thread(target=fn, daemon=True) for w in watches for fn in (w.read, w.read_stderr)]
+    threads = []
+    for w in watches:
+        w.reader = threading.Thread(target=w.read, daemon=True)
+        threads += [w.reader, threading.Thread(target=w.read_stderr, daemon=True)]
     for t in threads:
         t.start()
     try:
@@ -199,6 +203,8 @@ def _wait(watches: list[_Watch], state: ClusterState, token: str, quiet: float, 
         for w in list(pending):
             if w.proc.poll() is not None:
                 w.report.seconds = round(time.monotonic() - w.started, 1)
+                if w.reader is not None:
+                    w.reader.join(timeout=5)  # its last lines, before it is counted
                 pending.remove(w)
                 say(_line(w))
             elif time.monotonic() - w.last_line > quiet:
