@@ -142,7 +142,9 @@ def status(name: NameOpt = None, state_dir: StateOpt = DEFAULT_STATE, json_out: 
 @app.command()
 def check(
     level: Annotated[
-        str, typer.Option("--level", help="quick (seconds: each node, the shared dir, the runtime) | standard | full")
+        str, typer.Option("--level", help="quick (seconds: each node, the shared dir, the runtime, MPI's reach) | standard "
+                                          "(+ the network and latency matrices, the all-reduce, the straggler; ~1 min) | full "
+                                          "(standard with DCGM -r 3 on GPU nodes)")
     ] = "quick",
     name: NameOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
