@@ -180,7 +180,8 @@ def _cluster_wide(state: ClusterState, cluster: Cluster, nodes: list[NodeReport]
     record, why, silent = cluster_checks.measure_collective(runner, cluster)
     found += cluster_checks.collective_findings(record, why, silent, slowest, nodes)
     say("  straggler: the same synthetic step on every rank, each timed on its own")
-    return found + cluster_checks.straggler_findings(*cluster_checks.measure_straggler(runner, cluster), nodes)
+    return found + cluster_checks.straggler_findings(*cluster_checks.measure_straggler(runner, cluster), nodes,
+                                                     cluster.shared_cpus)
 
 
 def mpi_reach(state: ClusterState, cluster: Cluster) -> Finding:

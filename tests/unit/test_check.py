@@ -188,6 +188,10 @@ def test_the_straggler_is_the_node_slower_than_the_others_median():
     cluster_checks.straggler_findings(rates, why, silent, nodes)
     assert [n.verdict for n in nodes] == ["pass", "warn", "pass"]
     assert nodes[1].reason() == "straggler: 2.0 img/s on its own, 59% of the other nodes' median (3.4): the straggler"
+    shared = [NodeReport(n) for n in cluster.names]
+    cluster_checks.straggler_findings({"c-master": 1.0, "c-worker-1": 3.3, "c-worker-2": 3.5}, "", None, shared, shared_cpus=2)
+    assert shared[0].verdict == "warn", "sharing one machine's cores, the slow node is where the load sits: a warning"
+    assert shared[0].reason().endswith("(the nodes share 2 cores): the straggler")
     [failed] = cluster_checks.straggler_findings(None, "mpirun: rank 2 died", None, [])
     assert failed.status == "fail" and "rank 2 died" in failed.detail
 
