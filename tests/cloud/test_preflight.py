@@ -184,6 +184,8 @@ def test_ids_are_resolved_and_handed_to_terraform(os_env, member, state):
     assert (v["flavor_id"], v["external_network_id"], v["network_id"]) == (flavor.id, ext.id, shared.id)
     assert v["image_id"] == member.image.find_image(IMAGE).id and "image_name" not in v
     assert checked.flavor == "m1.large"  # shown by name
+    # What the flavor promises, as Nova says it, for `deployer check` (the cluster output's machine).
+    assert (v["flavor_vcpus"], v["flavor_ram_mb"]) == (flavor.vcpus, flavor.ram)
 
 
 def test_duplicate_image_names_pick_the_newest_as_the_module_does(os_env, member, cluster):
