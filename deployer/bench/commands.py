@@ -47,7 +47,6 @@ def nccl_env(cluster: Cluster, run_id: str) -> dict[str, str]:
 
 def mpirun_cmd(cluster: Cluster, run_id: str, n: int, timeout_s: int, script: str, args: list[str]) -> str:
     np_ = len(cluster.rank_nodes(n))
-    root = " --allow-run-as-root" if cluster.ssh_user == "root" else ""
     # why these flags: --bind-to none lets torch use every core of a node (Open MPI
     # binds to one core by default for np <= 2); -x carries the login shell's PATH
     # (the training env's python) and the socket interface to every rank; an unset
@@ -55,9 +54,18 @@ def mpirun_cmd(cluster: Cluster, run_id: str, n: int, timeout_s: int, script: st
     # --tag-output prefixes each line with its rank, so a failure names the rank that died.
     # On GPU nodes -x NAME=value also sets NCCL's warning log for every rank: a file per
     # process in the run dir, so a warning on a worker is not lost in rank 0's stdout.
-    nccl = "".join(f" -x {k}={v}" for k, v in nccl_env(cluster, run_id).items())
-    return (f"timeout --kill-after=30 {timeout_s} mpirun{root} --tag-output --hostfile {run_dir(cluster, run_id)}/hostfile.{n}"
-            f" -np {np_} --map-by slot --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME{nccl}"
+    return mpirun_line(cluster, f"{run_dir(cluster, run_id)}/hostfile.{n}", np_, timeout_s, script, args,
+                       env=nccl_env(cluster, run_id))
+
+
+def mpirun_line(cluster: Cluster, hostfile: str, np_: int, timeout_s: int, script: str, args: list[str], *,
+                map_by: str = "slot", env: dict[str, str] | None = None) -> str:
+    """The mpirun of one benchmark script (mpirun_cmd says why each flag); `env`: NAME=value
+    every rank gets."""
+    root = " --allow-run-as-root" if cluster.ssh_user == "root" else ""
+    extra = "".join(f" -x {k}={v}" for k, v in (env or {}).items())
+    return (f"timeout --kill-after=30 {timeout_s} mpirun{root} --tag-output --hostfile {hostfile}"
+            f" -np {np_} --map-by {map_by} --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME{extra}"
             f" python {cluster.shared_dir}/benchmarks/{script} " + " ".join(args))
 
 

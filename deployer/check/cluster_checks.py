@@ -4,6 +4,8 @@ from the master as a user would type them:
 - the network: iperf3 between every pair of nodes (a ring and a few random pairs beyond
   8 nodes), one pair at a time; a slow pair is named against the cluster's median rate,
   and a node whose pairs are all slow is the slow node;
+- the latency matrix (benchmarks/pingpong.py) and the collective (allreduce.py over every
+  rank, held against the slowest link of the same run), every rank watched (mpi_watch.py);
 - the straggler: the same short synthetic ResNet step on every rank at once without
   gradient exchange (benchmarks/resnet_synthetic.py --mode ensemble), each rank timed on
   its own: under DDP every rank waits for the slowest, so only the uncoupled step shows
@@ -16,14 +18,13 @@ they are unit-tested on recorded numbers.
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from ..bench.commands import pair_cmd, parse_iperf
-from ..bench.failure import untag
+from ..bench.commands import ALL_PAIRS_UP_TO, mpirun_line, net_pairs, pair_cmd, parse_iperf, parse_json_line
+from ..errors import OperationFailed
 from .model import Finding, NodeReport, Status
 from .mpi_watch import Silent, run_watched
 
@@ -31,8 +32,7 @@ if TYPE_CHECKING:
     from ..bench.sweep import Runner
     from ..cluster import Cluster, Node
 
-ALL_PAIRS_UP_TO = 8  # n(n-1)/2 pairs: 28 at 8 nodes; beyond, a ring and RANDOM_PAIRS more
-RANDOM_PAIRS = 8
+RANDOM_PAIRS = 8  # beyond ALL_PAIRS_UP_TO nodes, besides the ring
 # A pair or node slower than these shares of the cluster's median: warned, failed.
 NET_WARN, NET_FAIL = 0.75, 0.5
 # A rank's own step rate below these shares of the other nodes' median: warned, failed.
@@ -42,13 +42,20 @@ STRAGGLER_ARGS = ["--mode", "ensemble", "--model", "resnet18", "--image-size", "
 
 
 def pairs(cluster: Cluster, seed: int = 0) -> list[tuple[Node, Node]]:
-    """Every pair up to 8 nodes; beyond, the ring (each node twice) and a few random pairs."""
-    nodes = list(cluster.nodes)
-    if len(nodes) <= ALL_PAIRS_UP_TO:
-        return [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:]]
-    ring = [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
-    others = [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 2:] if not (i == 0 and b is nodes[-1])]
+    """bench --net's pairs (every pair up to 8 nodes, else the ring: each node twice), and
+    beyond 8 a few random pairs more, the same on every run: a ring alone never pairs
+    nodes apart, and a slow path between them is what an all-reduce's tree would take."""
+    ring = net_pairs(cluster)
+    if len(cluster.nodes) <= ALL_PAIRS_UP_TO:
+        return ring
+    nodes, taken = list(cluster.nodes), {frozenset((a.name, b.name)) for a, b in ring}
+    others = [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:] if frozenset((a.name, b.name)) not in taken]
     return ring + random.Random(seed).sample(others, min(RANDOM_PAIRS, len(others)))
+
+
+def _last_words(err: str, rc: int, keep: int = 300) -> str:
+    """What a failed command said last (its stderr's last line), else its exit status."""
+    return (err.strip().splitlines() or [f"rc {rc}"])[-1][-keep:]
 
 
 def measure_network(runner: Runner, cluster: Cluster) -> list[dict[str, Any]]:
@@ -61,7 +68,7 @@ def measure_network(runner: Runner, cluster: Cluster) -> list[dict[str, Any]]:
         except (ValueError, KeyError):
             rate = None
         out.append({"src": a.name, "dst": b.name, "gbit_s": rate,
-                    **({} if rate is not None else {"error": (stderr.strip().splitlines() or [f"rc {rc}"])[-1][-200:]})})
+                    **({} if rate is not None else {"error": _last_words(stderr, rc, 200)})})
     return out
 
 
@@ -105,7 +112,7 @@ def measure_straggler(runner: Runner, cluster: Cluster,
     rc, out, err, silent = run_watched(runner, cluster, cmd, ranks, quiet_s=quiet_s or QUIET_S, timeout=660)
     record = _json_of(out, "resnet_synthetic")
     if silent is not None or rc != 0 or record is None:
-        return None, (err.strip().splitlines() or [f"rc {rc}"])[-1][-300:], silent
+        return None, _last_words(err, rc), silent
     rates: dict[str, float] = defaultdict(float)
     hosts = {n.private_ip: n.name for n in cluster.nodes} | {n.name: n.name for n in cluster.nodes}
     for r in record["ranks"]:
@@ -164,19 +171,17 @@ def _mpirun(cluster: Cluster, script: str, args: str, map_by: str = "slot") -> t
     """The mpirun line of a check's MPI program, and its rank count. NCCL_ALGO=Ring: a tree
     can report more bus bandwidth than the wire carries (and gloo ignores it)."""
     ranks = len(cluster.nodes) if map_by == "node" else len(cluster.rank_nodes(len(cluster.nodes)))
-    root = " --allow-run-as-root" if cluster.ssh_user == "root" else ""
-    return (f"timeout --kill-after=30 600 mpirun{root} --tag-output --hostfile {cluster.shared_dir}/hostfile -np {ranks} "
-            f"--map-by {map_by} --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME -x NCCL_ALGO=Ring "
-            f"python {cluster.shared_dir}/benchmarks/{script} {args} --json --heartbeat {HEARTBEAT_S:g}"), ranks
+    return mpirun_line(cluster, f"{cluster.shared_dir}/hostfile", ranks, 600, script,
+                       [args, "--json", f"--heartbeat {HEARTBEAT_S:g}"], map_by=map_by, env={"NCCL_ALGO": "Ring"}), ranks
 
 
 def _json_of(out: str, benchmark: str) -> dict[str, Any] | None:
-    found = None
-    for line in out.splitlines():
-        text = untag(line)[2]
-        if text.startswith("{") and f'"benchmark": "{benchmark}"' in text:
-            found = json.loads(text)
-    return found
+    """Rank 0's --json record of `benchmark` (None: it printed none)."""
+    try:
+        record = parse_json_line(out, benchmark)
+    except OperationFailed:
+        return None
+    return record if record.get("benchmark") == benchmark else None
 
 
 def measure_latency(runner: Runner, cluster: Cluster, quiet_s: float = QUIET_S) -> tuple[dict[str, Any] | None, str, Silent | None]:
@@ -184,7 +189,7 @@ def measure_latency(runner: Runner, cluster: Cluster, quiet_s: float = QUIET_S) 
     cmd, ranks = _mpirun(cluster, "pingpong.py", "--iters 200", map_by="node")
     rc, out, err, silent = run_watched(runner, cluster, cmd, ranks, quiet_s=quiet_s, timeout=660)
     record = _json_of(out, "pingpong")
-    why = "" if rc == 0 and record else (err.strip().splitlines() or [f"rc {rc}"])[-1][-300:]
+    why = "" if rc == 0 and record else _last_words(err, rc)
     return (record if not why else None), why, silent
 
 
@@ -217,7 +222,7 @@ def measure_collective(runner: Runner, cluster: Cluster,
     cmd, ranks = _mpirun(cluster, "allreduce.py", "-b 1M -e 64M -f 8 -n 5 -w 2")
     rc, out, err, silent = run_watched(runner, cluster, cmd, ranks, quiet_s=quiet_s, timeout=660)
     record = _json_of(out, "allreduce")
-    why = "" if record else (err.strip().splitlines() or [f"rc {rc}"])[-1][-300:]
+    why = "" if record else _last_words(err, rc)
     return record, why, silent
 
 
