@@ -161,14 +161,10 @@ def check(
     from .check.run import raise_on_failure, run_check
     from .check.show import table
 
+    spec = st.spec()
     with st.lock("check"):
         ui.step(f"check ({level}): {len(cluster.nodes)} node(s) at once")
-        report = run_check(st, cluster, level)
-    spec = st.spec()
-    if spec is None or spec.monitoring.enabled:
-        from .check.metrics import publish
-
-        publish(st, cluster, report)
+        report = run_check(st, cluster, level, push=spec is None or spec.monitoring.enabled)
     ui.err.print(table(report))
     if json_out:
         ui.print_json(report.to_record())

@@ -241,11 +241,7 @@ def _check(spec: ClusterSpec, state: ClusterState, cluster: Cluster, level: str)
     from .check.run import raise_on_failure, run_check
 
     ui.step(f"check ({level}): {len(cluster.nodes)} node(s) at once")
-    report = run_check(state, cluster, level)
-    if spec.monitoring.enabled:
-        from .check.metrics import publish
-
-        publish(state, cluster, report)
+    report = run_check(state, cluster, level, push=spec.monitoring.enabled)
     mpi = next((f for f in report.cluster_findings if f.check == "mpi"), None)
     if mpi is not None and mpi.status == "pass":
         ui.ok(f"smoke check: mpirun reached {', '.join(mpi.value['reached'])}")

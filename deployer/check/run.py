@@ -2,8 +2,8 @@
 one line per node as it finishes, then the nodes are held against each other
 (analyse.py) and the report is kept in the state dir (check.json).
 
-A hang is a finding, not a wait: each node says `STEP <check>` before every check, and a
-node silent for longer than the level's `quiet_s` is stopped and named with the check it
+A hang is a finding, not a wait: each node says `STEP <check>` before every check and
+beats every few seconds; a node silent for QUIET_S is stopped and named with the check it
 was in. Nothing is left running: the node's processes of this check (found by the
 check's token on their command line) are killed on the node as well.
 """
@@ -109,9 +109,10 @@ def _stop_on_node(state: ClusterState, node: Node, token: str) -> None:
     subprocess.run([*ssh_argv(state, node), f"pkill -f -- '--token {token}'"], capture_output=True, timeout=30)
 
 
-def run_check(state: ClusterState, cluster: Cluster, level: str = "quick", *, quiet_s: float | None = None,
-              say: Callable[[str], None] = ui.info) -> CheckReport:
-    """Check every node at once; the report, also written to the state dir (check.json)."""
+def run_check(state: ClusterState, cluster: Cluster, level: str = "quick", *, push: bool = False,
+              quiet_s: float | None = None, say: Callable[[str], None] = ui.info) -> CheckReport:
+    """Check every node at once; the report, also written to the state dir (check.json)
+    and, with `push` (monitoring on), to the Pushgateway on the master."""
     quiet = QUIET_S if quiet_s is None else quiet_s
     token = f"{time.strftime('%Y%m%d%H%M%S')}-{secrets.token_hex(3)}"
     at, t0 = iso(now()), time.monotonic()
@@ -156,12 +157,17 @@ def run_check(state: ClusterState, cluster: Cluster, level: str = "quick", *, qu
     analyse.interface(nodes)
     analyse.gpus(nodes, {n.name: n.gpus for n in cluster.nodes})
     analyse.dcgm(nodes)
-    analyse.shared(nodes, _seen_on_master(state, cluster, token), cluster.shared_dir)
-    found = [mpi_reach(state, cluster)]
+    seen, mpi = _on_master(state, cluster, token)
+    analyse.shared(nodes, seen, cluster.shared_dir)
+    found = [mpi]
     if level != "quick":
         found += _cluster_wide(state, cluster, nodes, say)
     report = CheckReport(cluster.name, level, at, nodes, found, seconds=round(time.monotonic() - t0, 1))
     records.write(check_file(state), report.to_record())
+    if push:
+        from .metrics import publish
+
+        publish(state, cluster, report)
     return report
 
 
@@ -184,17 +190,26 @@ def _cluster_wide(state: ClusterState, cluster: Cluster, nodes: list[NodeReport]
                                                      cluster.shared_cpus)
 
 
-def mpi_reach(state: ClusterState, cluster: Cluster) -> Finding:
-    """`mpirun -np N --hostfile <shared>/hostfile hostname` on the master, as a user would
-    type it: every node reached by MPI, over the cluster's SSH."""
-    cmd = f"mpirun -np {len(cluster.nodes)} --hostfile {cluster.shared_dir}/hostfile hostname"
-    rc, out, err = MasterRunner(state, cluster).run(cmd, timeout=120)
-    got = sorted(set(out.split()))
+MPI_MARK = "--- mpirun"
+
+
+def _on_master(state: ClusterState, cluster: Cluster, token: str) -> tuple[set[str] | None, Finding]:
+    """One SSH round trip to the master for what only it can say: the nodes whose file it
+    sees in the shared dir (the files go after; None: it could not look), and whether
+    `mpirun -np N --hostfile <shared>/hostfile hostname`, typed as a user would, reaches
+    every node."""
+    where = shlex.quote(f"{cluster.shared_dir}/.deployer-check/{token}")
+    mpirun = f"mpirun -np {len(cluster.nodes)} --hostfile {cluster.shared_dir}/hostfile hostname"
+    rc, out, err = MasterRunner(state, cluster).run(f"ls -1 {where} 2>/dev/null; rm -rf {where}; echo '{MPI_MARK}'; {mpirun}",
+                                                    timeout=120)
+    listed, marked, after = out.partition(MPI_MARK + "\n")
+    seen = set(listed.split()) if marked else None
+    got = sorted(set(after.split()))
     if rc == 0 and got == sorted(cluster.names):
-        return Finding("mpi", "pass", f"`{cmd}` reached every node", {"reached": got})
+        return seen, Finding("mpi", "pass", f"`{mpirun}` reached every node", {"reached": got})
     missing = sorted(set(cluster.names) - set(got))
     why = f"missing {', '.join(missing)}" if missing else (err.strip().splitlines() or [f"rc {rc}"])[-1]
-    return Finding("mpi", "fail", f"`{cmd}` on the master: {why}", {"reached": got})
+    return seen, Finding("mpi", "fail", f"`{mpirun}` on the master: {why}", {"reached": got})
 
 
 def _wait(watches: list[_Watch], state: ClusterState, token: str, quiet: float, say: Callable[[str], None]) -> None:
@@ -222,17 +237,6 @@ def _wait(watches: list[_Watch], state: ClusterState, token: str, quiet: float, 
 def _line(w: _Watch) -> str:
     return f"  {w.node.name}: {len(w.report.findings)} check(s) in {w.report.seconds:.1f} s" + (
         f", silent during {w.step or 'start'}" if w.silent else "")
-
-
-def _seen_on_master(state: ClusterState, cluster: Cluster, token: str) -> set[str] | None:
-    """The nodes whose file the master sees in the shared dir; the files go after."""
-    where = shlex.quote(f"{cluster.shared_dir}/.deployer-check/{token}")
-    try:
-        p = subprocess.run([*ssh_argv(state, cluster.master), f"ls -1 {where} 2>/dev/null; rm -rf {where}"],
-                           capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        return None
-    return set(p.stdout.split()) if p.returncode == 0 else None
 
 
 def raise_on_failure(report: CheckReport, cluster: Cluster) -> None:
