@@ -33,6 +33,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -222,8 +223,6 @@ def main(argv: list[str] | None = None) -> int:
     # A beat every few seconds from a thread of its own, whatever a check waits for: the
     # controller names a node that falls silent (a frozen process, a dead connection); a
     # check that never returns is bounded by its own timeout instead.
-    import threading
-
     stop = threading.Event()
 
     def beat() -> None:
