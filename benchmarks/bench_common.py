@@ -58,7 +58,7 @@ class Heartbeat:
     """`HEARTBEAT {"rank": r, "step": s}` every `every_s` seconds from a thread of its own,
     with the step the rank's main thread last set. A rank blocked in a collective keeps
     beating (its thread runs); a stopped or frozen process does not: the rank that falls
-    silent is the one that hangs (deployer/check/mpi_watch.py names it)."""
+    silent is the one that hangs (deployer/bench/rank_watch.py names it)."""
 
     def __init__(self, rank: int, every_s: float = 1.0):
         import threading
@@ -66,6 +66,12 @@ class Heartbeat:
         self.rank, self.step, self.every_s = rank, "start", every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True)
+
+    @classmethod
+    def started(cls, rank: int, every_s: float) -> "Heartbeat":
+        """Beating until the process ends (every_s 0: never beats; `step` may still be set)."""
+        beat = cls(rank, every_s or 1.0)
+        return beat.__enter__() if every_s else beat
 
     def __enter__(self) -> "Heartbeat":
         self._thread.start()

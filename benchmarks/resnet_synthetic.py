@@ -23,7 +23,6 @@ import socket
 import subprocess
 import sys
 import timeit
-from contextlib import nullcontext
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -214,6 +213,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     comm, rank, size, local_rank, hosts, args.cuda, device, gpus, cores = place_rank(args.no_cuda)
     torch.set_num_threads(args.threads or max(1, cores))
+    # Beats from here to the process's end (a daemon thread): a rank stuck in the
+    # rendezvous, a step or the final gather is named by the step it was in.
+    beat = Heartbeat.started(rank, args.heartbeat)
+    beat.step = "setup"
 
     dp = args.mode == "dp" and size > 1
     if size > 1:  # also for ensemble: the same process group, so only DDP differs
@@ -271,20 +274,17 @@ def main(argv=None) -> int:
     log(f"Number of {dev}s: {size}")
     log("Running warmup...")
     progress(phase="start", iters=args.num_iters, warmup=args.num_warmup_batches, batches=args.num_batches_per_iter)
-    beat = Heartbeat(rank, args.heartbeat) if args.heartbeat else None
-    with beat or nullcontext():
-        if beat:
-            beat.step = "warmup"
-        timed(args.num_warmup_batches, "warmup")
-        log("Running benchmark...")
-        img_secs = []
-        for x in range(args.num_iters):
-            if beat:
-                beat.step = f"iter {x + 1}"
-            img_sec = args.batch_size * args.num_batches_per_iter / timed(args.num_batches_per_iter, "iter", x + 1)
-            log(f"Iter #{x}: {img_sec:.1f} img/sec per {dev}")
-            progress(phase="iter_done", iter=x + 1, iters=args.num_iters, img_per_sec=img_sec)
-            img_secs.append(img_sec)
+    beat.step = "warmup"
+    timed(args.num_warmup_batches, "warmup")
+    log("Running benchmark...")
+    img_secs = []
+    for x in range(args.num_iters):
+        beat.step = f"iter {x + 1}"
+        img_sec = args.batch_size * args.num_batches_per_iter / timed(args.num_batches_per_iter, "iter", x + 1)
+        log(f"Iter #{x}: {img_sec:.1f} img/sec per {dev}")
+        progress(phase="iter_done", iter=x + 1, iters=args.num_iters, img_per_sec=img_sec)
+        img_secs.append(img_sec)
+    beat.step = "timeline" if args.timeline else "report"
 
     if args.timeline:
         # After the timed iterations, so the profiler's own cost never enters the figures.

@@ -30,7 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from bench_common import rendezvous
+from bench_common import Heartbeat, rendezvous
 from data_loading import MIN_SIZE, ExactDistributedSampler, MergedBatchSampler, WithBytes, batch_count, load_manifest, open_split
 from resnet_synthetic import MODELS, build_model, place_rank, versions
 from torch import nn, optim
@@ -134,6 +134,8 @@ def parse_args(argv=None):
                         "loading, to read the epochs' img/s against (0: skip)")
     p.add_argument("--json", action="store_true", help="rank 0 ends with one JSON line with all figures")
     p.add_argument("--progress", action="store_true", help="rank 0 prints 'PROGRESS {json}' lines (deployer bench shows them)")
+    p.add_argument("--heartbeat", type=float, default=0,
+                   help="every rank prints HEARTBEAT lines every this many seconds (bench_common.Heartbeat; 0: none)")
     args = p.parse_args(argv)
     if args.resume and not args.checkpoint_dir:
         p.error("--resume needs --checkpoint-dir")
@@ -197,6 +199,8 @@ def main(argv=None) -> int:
     comm, rank, size, _, hosts, args.cuda, device, gpus, cores = place_rank(args.no_cuda)
     workers, threads = cpu_split(cores, args.cuda, args.workers, args.threads)
     torch.set_num_threads(threads)
+    beat = Heartbeat.started(rank, args.heartbeat)  # until the process ends: see resnet_synthetic
+    beat.step = "setup"
     if size > 1:
         addr, port = rendezvous(comm, hosts)
         dist.init_process_group("nccl" if args.cuda else "gloo", init_method=f"tcp://{addr}:{port}",
@@ -365,8 +369,10 @@ def main(argv=None) -> int:
         if reached or (args.stop_after_epochs and ran_now >= args.stop_after_epochs):
             break
         started_at = time.time()
+        beat.step = f"epoch {epoch + 1}"
         tr = train_epoch(epoch)
         train_s, n, loss = tr["secs"], tr["images"], tr["loss"]
+        beat.step = f"evaluation after epoch {epoch + 1}"
         eval_s, top1, n_test = evaluate()
         elapsed = (history[-1]["elapsed_s"] if history else 0.0) + train_s + eval_s
         rec = {"epoch": epoch + 1, "img_per_sec": n / train_s, "train_s": train_s, "eval_s": eval_s,
@@ -384,6 +390,7 @@ def main(argv=None) -> int:
                  img_per_sec=rec["img_per_sec"], epoch_s=rec["epoch_s"])
         if top1 >= args.target_acc:
             reached = rec
+        beat.step = f"checkpoint after epoch {epoch + 1}"
         if ckpt:  # outside the timed epoch: time to accuracy counts training and evaluation only
             rngs = comm.gather(torch.get_rng_state())
             if rank == 0:
@@ -393,6 +400,7 @@ def main(argv=None) -> int:
             comm.Barrier()  # every rank goes on only once the checkpoint is whole
 
     best = max(history, key=lambda e: e["top1"], default=None)
+    beat.step = "compute-only steps"
     compute_ips = compute_only(args.compute_steps) if ran_now else None
     if compute_ips:
         log(f"Without data loading (one batch held in memory, {args.compute_steps} steps): {compute_ips:.1f} img/sec")

@@ -7,7 +7,7 @@ import shlex
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .cluster import Cluster, Node
@@ -59,8 +59,17 @@ def stream(argv: Sequence[str], *, timeout: float, on_line: Callable[[str], None
     return proc.returncode, "".join(out), "".join(err)
 
 
+class Runner(Protocol):
+    """What bench and check run their commands with: MasterRunner, or a test's stand-in."""
+
+    def run(self, cmd: str, *, timeout: float, on_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
+        """Run `cmd` in a bash login shell on the master as the cluster user: rc, stdout,
+        stderr; each stdout line also goes to `on_line` as it arrives."""
+        ...
+
+
 class MasterRunner:
-    """Runs one shell command on the master as the cluster user (deployer.bench.sweep's Runner)."""
+    """Runs one shell command on the master as the cluster user (a Runner)."""
 
     def __init__(self, state: "ClusterState", cluster: Cluster):
         self.argv = ssh_argv(state, cluster.master)

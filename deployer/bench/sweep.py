@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from .. import ui
 from ..errors import OperationFailed
+from ..remote import Runner
 from . import report as bench_report
 from .commands import (
     ALL_PAIRS_UP_TO,
@@ -55,16 +56,10 @@ from .commands import (
 from .failure import diagnose, untag
 from .profiles import BenchOptions, Launch, cpu_sharing
 from .progress import RunProgress, SweepProgress
+from .rank_watch import HEARTBEAT_S, QUIET_S, run_watched
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
-
-
-class Runner(Protocol):
-    def run(self, cmd: str, *, timeout: float, on_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
-        """Run `cmd` in a bash login shell on the master as the cluster user: rc, stdout,
-        stderr; each stdout line also goes to `on_line` as it arrives."""
-        ...
 
 
 def cluster_record(cluster: Cluster) -> dict[str, Any]:
@@ -95,12 +90,22 @@ class Session:
 
     def remote(self, name: str, cmd: str, timeout: float, *, cleanup: bool = True,
                on_line: Callable[[str], None] | None = None, nodes: int = 0) -> str:
+        """Run one command on the master (`nodes`: a benchmark run on the first so many
+        nodes, launched by launch()); its stdout."""
         with self.script.open("a") as f:
             f.write(cmd + "\n")
         log = self.outdir / f"{name}.log"
-        rc, out, err = self.runner.run(cmd, timeout=timeout,
-                                       on_line=(lambda line: on_line(untag(line)[2])) if on_line else None)
+        relay = (lambda line: on_line(untag(line)[2])) if on_line else None
+        if nodes and self.opts.via != "slurm":
+            # Every rank watched: one silent for QUIET_S is named and the run stopped, a
+            # hang is a finding, not a wait until the run's timeout (rank_watch.py).
+            rc, out, err, silent = run_watched(self.runner, self.cluster, cmd, self.cluster.rank_nodes(nodes),
+                                               quiet_s=QUIET_S, timeout=timeout, on_line=relay)
+        else:
+            (rc, out, err), silent = self.runner.run(cmd, timeout=timeout, on_line=relay), None
         log.write_text(f"$ {cmd}\n# exit {rc}\n{out}\n# --- stderr ---\n{err}")
+        if silent is not None:
+            raise OperationFailed(f"{name} failed: {silent.said()}", log=log)
         if rc != 0:
             if cleanup:
                 self.runner.run(stop_cmd(self.cluster, self.run_id, self.opts), timeout=60)  # leave no rank running
@@ -112,8 +117,8 @@ class Session:
 
     def launch(self, name: str, n: int, script: str, args: list[str]) -> str:
         opts = self.opts
-        if opts.via != "slurm":
-            return mpirun_cmd(self.cluster, self.run_id, n, opts.run_timeout_s, script, args)
+        if opts.via != "slurm":  # Slurm's jobs are followed by slurm_job.py, not watched rank by rank
+            return mpirun_cmd(self.cluster, self.run_id, n, opts.run_timeout_s, script, [*args, f"--heartbeat {HEARTBEAT_S:g}"])
         job = sbatch_script(self.cluster, self.run_id, n, opts.run_timeout_s, name, script, args)
         saved = self.outdir / f"{name}.sbatch"
         saved.write_text(job)

@@ -38,6 +38,7 @@ from .progress import RunProgress
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
+    from ..remote import Runner
 
 SCRIPT = "resnet_train.py"
 NO_MANIFEST = "deployer: no dataset manifest"
@@ -156,7 +157,7 @@ def train_args(cluster: Cluster, run_id: str, opts: TrainOptions, n: int) -> lis
 
 
 # --- the sweep ---------------------------------------------------------------------------
-def run_train(runner: bench.Runner, cluster: Cluster, opts: TrainOptions, run_id: str,
+def run_train(runner: Runner, cluster: Cluster, opts: TrainOptions, run_id: str,
               outdir: Path) -> dict[str, Any]:
     """Train to the target at every N; write results into outdir; return the --json record."""
     # before the session: a dataset that is not there changes nothing, here or on the master

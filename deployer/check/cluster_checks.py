@@ -5,7 +5,7 @@ from the master as a user would type them:
   8 nodes), one pair at a time; a slow pair is named against the cluster's median rate,
   and a node whose pairs are all slow is the slow node;
 - the latency matrix (benchmarks/pingpong.py) and the collective (allreduce.py over every
-  rank, held against the slowest link of the same run), every rank watched (mpi_watch.py);
+  rank, held against the slowest link of the same run), every rank watched (bench/rank_watch.py);
 - the straggler: the same short synthetic ResNet step on every rank at once without
   gradient exchange (benchmarks/resnet_synthetic.py --mode ensemble), each rank timed on
   its own: under DDP every rank waits for the slowest, so only the uncoupled step shows
@@ -24,13 +24,13 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from ..bench.commands import ALL_PAIRS_UP_TO, mpirun_line, net_pairs, pair_cmd, parse_iperf, parse_json_line
+from ..bench.rank_watch import HEARTBEAT_S, QUIET_S, Silent, run_watched
 from ..errors import OperationFailed
 from .model import Finding, NodeReport, Status
-from .mpi_watch import Silent, run_watched
 
 if TYPE_CHECKING:
-    from ..bench.sweep import Runner
     from ..cluster import Cluster, Node
+    from ..remote import Runner
 
 RANDOM_PAIRS = 8  # beyond ALL_PAIRS_UP_TO nodes, besides the ring
 # A pair or node slower than these shares of the cluster's median: warned, failed.
@@ -153,7 +153,7 @@ def straggler_findings(rates: dict[str, float] | None, why: str, silent: Silent 
     return [Finding("straggler", "pass", f"the same step on every node: {len(rates)} node(s) timed", {"img_per_sec": rates})]
 
 
-# --- latency and the collective, each run under the watch of every rank (mpi_watch.py) ----
+# --- latency and the collective, each run under the watch of every rank (bench/rank_watch.py) ----
 
 # A node whose best latency to the others is above this many times the other pairs' median
 # (and by more than LATENCY_SLACK_US: microseconds of noise are no finding): warned.
@@ -163,15 +163,14 @@ LATENCY_WARN, LATENCY_SLACK_US = 3.0, 50.0
 # rate; gloo or MPI on CPUs move every byte through the CPU, sending and receiving at once
 # (0.33 of the one-way iperf3 rate on 3 LXC nodes here, 2026-11-25; allreduce.py says why).
 COLLECTIVE_FLOOR = {"nccl": (0.5, 0.25), "cpu": (0.15, 0.05)}
-QUIET_S = 30.0  # a rank silent this long is named and the run stopped
-HEARTBEAT_S = 1.0
 
 
-def _mpirun(cluster: Cluster, script: str, args: str, map_by: str = "slot") -> tuple[str, int]:
-    """The mpirun line of a check's MPI program, and its rank count. NCCL_ALGO=Ring: a tree
-    can report more bus bandwidth than the wire carries (and gloo ignores it)."""
-    ranks = len(cluster.nodes) if map_by == "node" else len(cluster.rank_nodes(len(cluster.nodes)))
-    return mpirun_line(cluster, f"{cluster.shared_dir}/hostfile", ranks, 600, script,
+def _mpirun(cluster: Cluster, script: str, args: str, map_by: str = "slot") -> tuple[str, list[Node]]:
+    """The mpirun line of a check's MPI program, and the node of each rank (--map-by node:
+    one rank per node). NCCL_ALGO=Ring: a tree can report more bus bandwidth than the wire
+    carries (and gloo ignores it)."""
+    ranks = list(cluster.nodes) if map_by == "node" else cluster.rank_nodes(len(cluster.nodes))
+    return mpirun_line(cluster, f"{cluster.shared_dir}/hostfile", len(ranks), 600, script,
                        [args, "--json", f"--heartbeat {HEARTBEAT_S:g}"], map_by=map_by, env={"NCCL_ALGO": "Ring"}), ranks
 
 

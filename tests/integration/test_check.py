@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -49,21 +49,30 @@ def throttled(node: str, rate: str = "200mbit") -> Iterator[None]:
 
 
 @contextmanager
-def cpu_hog(node: str, loops: int = 2, share: float = 0.5) -> Iterator[None]:
+def cpu_hog(node: str, loops: int = 3, share: float = 0.25) -> Iterator[Callable[[], str]]:
     """Busy loops on the node, within a CPU budget of its own, as in a VM: the node's
     cgroup is capped at `share` of a core (local nodes otherwise share this machine's
     cores with every other node, so a hog would slow them all alike), and the loops eat
-    that budget beside the node's rank."""
+    that budget beside the node's rank. Yields what says the hog is on (for a failure's
+    message)."""
     v1 = Path(f"/sys/fs/cgroup/cpu/lxc.payload.{node}/cpu.cfs_quota_us")
     v2 = Path(f"/sys/fs/cgroup/lxc.payload.{node}/cpu.max")
     cap, uncapped = (v1, "-1") if v1.exists() else (v2, "max 100000")
     cap.write_text(str(int(share * 100000)) if cap is v1 else f"{int(share * 100000)} 100000")
     _in_node(node, f"for i in $(seq {loops}); do setsid sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & done")
     try:
-        yield
+        yield lambda: hog_state(node, cap)
     finally:
         subprocess.run(["lxc-attach", "-n", node, "--", "pkill", "-9", "-f", "while :; do :; done"], check=False)
         cap.write_text(uncapped)
+
+
+def hog_state(node: str, cap: Path) -> str:
+    """The cap, how often the node was throttled under it, and the busy loops still running."""
+    stat = cap.with_name("cpu.stat").read_text().split()
+    loops = subprocess.run(["lxc-attach", "-n", node, "--", "pgrep", "-c", "-f", "while :; do :; done"],
+                           capture_output=True, text=True).stdout.strip()
+    return f"{cap.name}={cap.read_text().strip()}, cpu.stat {' '.join(stat)}, busy loops {loops or 0}"
 
 
 def _findings(report: dict, check: str) -> dict[str, dict]:
@@ -97,20 +106,22 @@ def test_a_throttled_link_names_the_slow_node(local_cluster):
 
 def test_a_node_with_a_cpu_hog_is_the_straggler(local_cluster):
     busy = local_cluster.cluster_output().workers[0].name
-    with cpu_hog(busy):
+    with cpu_hog(busy) as state:
         p = local_cluster.deployer("check", "--level", "standard", "--json", timeout=900)
+        hog = state()
     report = json.loads(p.stdout)
     straggler = _findings(report, "straggler")
-    assert straggler[busy]["status"] in ("warn", "fail") and "the straggler" in straggler[busy]["detail"], straggler
+    said = f"{busy} hogged ({hog}): " + "; ".join(f"{name}: {f['status']}, {f['detail']}" for name, f in straggler.items())
+    assert straggler[busy]["status"] in ("warn", "fail") and "the straggler" in straggler[busy]["detail"], said
     # The slowest node is the busy one (the master, which also carries the SSH hops and
     # the monitoring, may read slow beside it; it is not asserted to pass).
     rates = {name: f["value"]["img_per_sec"] for name, f in straggler.items()}
-    assert min(rates, key=rates.get) == busy, rates
+    assert min(rates, key=rates.get) == busy, said
 
 
 def test_a_rank_that_stops_mid_check_is_named_in_the_stated_time(local_cluster):
     """A rank of the latency matrix SIGSTOPped on a worker: its heartbeat stops, the watch
-    names it (node, rank, step) after mpi_watch's quiet time, and stops the run cleanly."""
+    names it (node, rank, step) after rank_watch's quiet time, and stops the run cleanly."""
     from deployer.check.cluster_checks import QUIET_S
 
     frozen = local_cluster.cluster_output().workers[0].name

@@ -253,12 +253,12 @@ def test_hung_run_is_killed_and_reported(fake_cluster, tmp_path):
 
 def test_the_check_names_a_rank_that_stops_and_leaves_nothing_running(monkeypatch):
     """benchmarks/pingpong.py (the check's latency matrix) under a real mpirun here, one
-    rank SIGSTOPped once it beats: mpi_watch names that rank and its step after the quiet
+    rank SIGSTOPped once it beats: rank_watch names that rank and its step after the quiet
     time, and the stop (every benchmark process killed, as on the nodes) ends the run."""
     import signal
     import threading
 
-    from deployer.check import mpi_watch
+    from deployer.bench import rank_watch
     from deployer.remote import stream
     from tests.clusters import typed
 
@@ -282,10 +282,65 @@ def test_the_check_names_a_rank_that_stops_and_leaves_nothing_running(monkeypatc
                 on_line(line)
             return stream(command, timeout=timeout, on_line=watch, env=mpi_env())
 
-    monkeypatch.setattr(mpi_watch, "STARTUP_GRACE_S", 0)  # the ranks start in a moment here
-    rc, out, err, silent = mpi_watch.run_watched(Runner(), cluster, cmd, 2, quiet_s=3, timeout=120)
+    monkeypatch.setattr(rank_watch, "STARTUP_GRACE_S", 0)  # the ranks start in a moment here
+    rc, out, err, silent = rank_watch.run_watched(Runner(), cluster, cmd, cluster.nodes, quiet_s=3, timeout=120)
     assert stopped and silent is not None, (rc, err[-2000:])
     assert silent.rank in (0, 1) and silent.node == ("c-master", "c-worker-1")[silent.rank]
     assert silent.step.startswith("pair 0-1") or silent.step == "start"
     assert "silent for 3 s" in silent.said() and "nothing is left running" in silent.said()
     assert subprocess.run(["pgrep", "-f", "pingpong.py --iters 100000000"], capture_output=True).returncode == 1
+
+
+def test_a_bench_rank_that_stops_is_named_and_the_run_stopped(fake_cluster, tmp_path, monkeypatch):
+    """deployer bench's own runs are watched as the check's are: rank 1 SIGSTOPped in the
+    middle of its iterations is named (node, rank, step) after the quiet time, long before
+    the run's own timeout, and no benchmark process is left."""
+    import signal
+    import time
+
+    from deployer.bench import profiles
+    from deployer.bench import sweep as bench
+    from deployer.errors import OperationFailed
+
+    cl, local = fake_cluster
+    stopped: list[int] = []
+
+    def rank_pid(rank: int) -> int | None:
+        for pid in subprocess.run(["pgrep", "-f", "benchmarks/resnet_synthetic.py"], capture_output=True,
+                                  text=True).stdout.split():
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+                return int(pid)
+        return None
+
+    class Runner:  # the fake cluster's runner, stopping rank 1 once it is in its iterations
+        commands = local.commands
+
+        def run(self, cmd, *, timeout, on_line=None):
+            def watch(line):
+                if line.startswith("[1,1]") and '"step": "iter' in line and not stopped:
+                    pid = rank_pid(1)
+                    if pid:
+                        stopped.append(pid)
+                        os.kill(pid, signal.SIGSTOP)
+                if on_line:
+                    on_line(line)
+            return local.run(cmd, timeout=timeout, on_line=watch)
+
+    monkeypatch.setattr(bench, "QUIET_S", 3.0)
+    opts = profiles.make_options(cl, nodes="2", model="resnet18", batch_size=2, image_size=32,
+                                 num_warmup_batches=1, num_batches_per_iter=2, num_iters=100000, run_timeout_s=300)
+    started = time.monotonic()
+    with pytest.raises(OperationFailed) as e:
+        bench.run_bench(Runner(), cl, opts, "run3", tmp_path / "out")
+    assert stopped, "rank 1 never reached its iterations"
+    said = str(e.value)
+    assert said.startswith("resnet-dp-2 failed: rank 1 on t-worker-1 silent for 3 s during iter "), said
+    assert "nothing is left running" in said and e.value.log and e.value.log.exists()
+    assert time.monotonic() - started < 120, "named after the quiet time, not the run's 300 s timeout"
+    assert "HEARTBEAT" not in e.value.log.read_text(), "the heartbeats stay out of the run's log"
+    left = subprocess.run(["pgrep", "-f", f"{cl.shared_dir}/benchmarks/"], capture_output=True, text=True, check=False)
+    assert left.stdout.strip() == "", "benchmark processes survived the stop"
