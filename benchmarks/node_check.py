@@ -127,15 +127,63 @@ def check_shared(shared: str, token: str) -> dict[str, Any]:
     return result("shared_dir", "pass", f"{shared} mounted and writable", {"file": mine})
 
 
-def check_size() -> dict[str, Any]:
-    """CPUs this node may use and its memory; the controller compares the nodes."""
+# A cgroup v1 memory limit at or above this is "no limit" (the kernel's PAGE_COUNTER_MAX
+# in bytes, rounded down to a page, is just below 2**63).
+NO_LIMIT = 1 << 62
+
+
+def _first_line(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.readline().strip()
+    except OSError:
+        return None
+
+
+def memory_limit(cgroup: str = "/sys/fs/cgroup") -> int | None:
+    """The node's memory cap where a cgroup sets one: a container's /proc/meminfo is the
+    host's, its limit is the cgroup's (v2 memory.max, v1 memory.limit_in_bytes, seen at the
+    root of its cgroup namespace). None in a VM: its MemTotal is all it has."""
+    for path in (f"{cgroup}/memory.max", f"{cgroup}/memory/memory.limit_in_bytes"):
+        text = _first_line(path)
+        if text and text.isdigit() and int(text) < NO_LIMIT:
+            return int(text)
+    return None
+
+
+def cpu_limit(cgroup: str = "/sys/fs/cgroup") -> float | None:
+    """CPUs' worth of time the node's cgroup may use (a CFS quota), None where none is set."""
+    v2 = _first_line(f"{cgroup}/cpu.max")
+    if v2:
+        quota, _, period = v2.partition(" ")
+        return int(quota) / int(period) if quota.isdigit() and period.isdigit() and int(period) else None
+    for d in (f"{cgroup}/cpu", f"{cgroup}/cpu,cpuacct"):
+        quota, period = _first_line(f"{d}/cpu.cfs_quota_us"), _first_line(f"{d}/cpu.cfs_period_us")
+        if quota and period and quota.isdigit() and period.isdigit() and int(period):
+            return int(quota) / int(period)  # -1 (no quota) is not isdigit()
+    return None
+
+
+def check_size(cgroup: str = "/sys/fs/cgroup", meminfo: str = "/proc/meminfo") -> dict[str, Any]:
+    """CPUs this node may use and its memory, each capped by its cgroup's limit where it
+    has one (a container: its /proc shows the host's); the controller compares the nodes
+    and what the flavor or the spec promised."""
     cpus = len(os.sched_getaffinity(0))
+    quota = cpu_limit(cgroup)
+    if quota is not None and quota < cpus:
+        cpus = max(1, int(quota + 0.999))  # a quota of 1.5 CPUs runs on two, at most 1.5 at once
     mem = 0
-    with open("/proc/meminfo") as f:
+    with open(meminfo) as f:
         for line in f:
             if line.startswith("MemTotal:"):
                 mem = int(line.split()[1]) * 1024
-    return result("size", "pass", f"{cpus} CPU(s), {mem / GIB:.1f} GiB", {"cpus": cpus, "memory_bytes": mem})
+    limit = memory_limit(cgroup)
+    capped = limit is not None and limit < mem
+    mem = limit if capped and limit is not None else mem
+    said = f"{cpus} CPU(s)" + (f" (a quota of {quota:g})" if quota is not None and quota < len(os.sched_getaffinity(0)) else "")
+    said += f", {mem / GIB:.1f} GiB" + (" (its cgroup's limit)" if capped else "")
+    return result("size", "pass", said, {"cpus": cpus, "memory_bytes": mem, "cpu_quota": quota,
+                                         "memory_from": "cgroup" if capped else "meminfo"})
 
 
 def check_runtime(timeout: float) -> dict[str, Any]:
@@ -166,12 +214,27 @@ def check_interface() -> dict[str, Any]:
     return result("interface", "pass", f"NCCL and gloo use {name} ({state})", {"name": name, "gloo": gloo or None})
 
 
+def lspci_gpus(timeout: float) -> str:
+    """`lspci -vv -d 10de:`: NVIDIA's devices as the PCI bus sees them, with or without a
+    driver. The link registers need root (else "<access denied>"): through passwordless
+    sudo where the cluster user has it. "" where lspci is missing."""
+    if shutil.which("lspci") is None:
+        return ""
+    sudo = ["sudo", "-n"] if os.geteuid() != 0 and shutil.which("sudo") else []
+    rc, out = run([*sudo, "lspci", "-vv", "-d", "10de:"], timeout)
+    if rc != 0 and sudo:
+        rc, out = run(["lspci", "-vv", "-d", "10de:"], timeout)
+    return out if rc == 0 else ""
+
+
 def check_gpus(expected: int, timeout: float) -> dict[str, Any]:
-    """nvidia-smi -q as text: the controller reads count, model, ECC and the PCIe link."""
+    """nvidia-smi -q as text (the controller reads count, model, ECC and the PCIe link),
+    and lspci's view of the same GPUs (a GPU that fell off the bus, the link's width)."""
     rc, out = run(["nvidia-smi", "-q"], timeout)
+    pci = lspci_gpus(timeout)
     if rc != 0:
-        return result("gpus", "fail", f"nvidia-smi failed: {out.splitlines()[-1] if out else rc}")
-    return result("gpus", "pass", f"nvidia-smi answered (expecting {expected} GPU(s))", {"smi_q": out})
+        return result("gpus", "fail", f"nvidia-smi failed: {out.splitlines()[-1] if out else rc}", {"lspci": pci})
+    return result("gpus", "pass", f"nvidia-smi answered (expecting {expected} GPU(s))", {"smi_q": out, "lspci": pci})
 
 
 def check_gpu_run(benchmarks: str, timeout: float) -> dict[str, Any]:

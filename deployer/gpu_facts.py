@@ -302,6 +302,51 @@ def gpu_problems(tree: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+# An NVIDIA GPU's first line in `lspci -vv -d 10de:` (class 0302 "3D controller", or 0300
+# "VGA compatible controller"), with its revision: ff where config space reads all ones.
+_LSPCI_GPU = re.compile(r"^(?P<bdf>[0-9a-f:.]+) (?:3D|VGA compatible) controller(?: \[030[02]\])?: NVIDIA.*?"
+                        r"(?:\(rev (?P<rev>[0-9a-f]{2})\))?\s*$", re.IGNORECASE)
+_LNK = re.compile(r"^\s*Lnk(?P<kind>Cap|Sta):.*?Width x(?P<width>\d+)")
+
+
+def pcie_links(lspci: str) -> list[dict[str, Any]]:
+    """Each NVIDIA GPU in `lspci -vv -d 10de:`: its address, revision and PCIe link width,
+    capable (LnkCap) and current (LnkSta); a width is None where lspci could not read the
+    capability (not root: "Capabilities: <access denied>")."""
+    gpus: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for line in lspci.splitlines():
+        if line and not line[0].isspace():
+            m = _LSPCI_GPU.match(line)
+            current = {"bdf": m["bdf"].lower(), "rev": (m["rev"] or "").lower(), "cap": None, "sta": None} if m else None
+            if current is not None:
+                gpus.append(current)
+        elif current is not None and (lnk := _LNK.match(line)) and current[lnk["kind"].lower()] is None:
+            current[lnk["kind"].lower()] = int(lnk["width"])  # the first: the GPU's own link, not a secondary capability
+    return gpus
+
+
+def pcie_problems(lspci: str) -> list[tuple[str, str, str]]:
+    """(status, bus address, what) from the GPUs' PCI view, which holds without a driver: a
+    GPU reading as revision ff has fallen off the bus (its config space answers all ones;
+    nvidia-smi then fails or leaves it out), fail; a link narrower than the GPU can run, warn.
+    Link speed is not judged: an idle GPU lowers it to save power."""
+    out = []
+    for g in pcie_links(lspci):
+        if g["rev"] == "ff":
+            out.append(("fail", g["bdf"], "reads as rev ff on the PCI bus: the GPU has fallen off the bus (reset it, "
+                                          "or reboot the node; replace it if it happens again)"))
+        elif g["cap"] and g["sta"] and g["sta"] < g["cap"]:
+            out.append(("warn", g["bdf"], f"PCIe link x{g['sta']} of x{g['cap']} (lspci): a card or riser seated badly, "
+                                          f"or a slot narrower than the card"))
+    return out
+
+
+def same_bus(smi_bus: str, lspci_bdf: str) -> bool:
+    """nvidia-smi's 00000000:19:00.0 and lspci's 19:00.0 (or 0000:19:00.0) name one device."""
+    return smi_bus.lower().split(":")[-2:] == lspci_bdf.lower().split(":")[-2:]
+
+
 _ROW = re.compile(r"^\|\s*(?P<name>[^|]*?)\s*\|\s*(?P<value>.*?)\s*\|?\s*$")
 _DCGM_STATUS = {"pass": "pass", "fail": "fail", "warn": "warn", "skip": "skip"}
 

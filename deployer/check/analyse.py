@@ -114,17 +114,28 @@ def missing(nodes: list[NodeReport], expected: list[str]) -> None:
 def gpus(nodes: list[NodeReport], expected: dict[str, int]) -> None:
     """GPU nodes' `nvidia-smi -q`, read (gpu_facts.gpu_problems): the count the cluster
     promises, each GPU's ECC, row remapping, page retirement and PCIe width, and the model
-    against the other nodes' (one cluster is one flavor)."""
-    from ..gpu_facts import fabric_ready, fabric_states, gpu_problems, smi_gpus
+    against the other nodes' (one cluster is one flavor); and lspci's view of them
+    (gpu_facts.pcie_problems), which holds where nvidia-smi fails: a GPU fallen off the bus."""
+    from ..gpu_facts import fabric_ready, fabric_states, gpu_problems, pcie_problems, same_bus, smi_gpus
 
     models: dict[str, str] = {}
     for n in nodes:
         f = next((f for f in n.findings if f.check == "gpus"), None)
-        if f is None or f.status == "fail" or not isinstance(f.value, dict):
+        if f is None or not isinstance(f.value, dict):
+            continue
+        pci = pcie_problems(str(f.value.get("lspci", "")))
+        if f.status == "fail":  # nvidia-smi did not answer: what the bus says is all there is
+            said = [f"GPU {bdf}: {what}" for _, bdf, what in pci]
+            n.findings = [replace(x, detail="; ".join([f.detail, *said]), value={"problems": said}) if x is f else x
+                          for x in n.findings]
             continue
         found = smi_gpus(str(f.value.get("smi_q", "")))
         names = sorted({str(t.get("Product Name", "?")) for _, t in found})
         problems = [(status, f"GPU {bus}: {what}") for bus, t in found for status, what in gpu_problems(t)]
+        # lspci's width only where nvidia-smi did not already say it of that GPU
+        problems += [(status, f"GPU {bdf}: {what}") for status, bdf, what in pci
+                     if status == "fail" or not any(same_bus(bus, bdf) and "PCIe link" in w
+                                                    for bus, t in found for _, w in gpu_problems(t))]
         want = expected.get(n.name, 0)
         if not fabric_ready(str(f.value.get("smi_q", ""))):
             states = sorted({f"{s}/{st}" for s, st in fabric_states(str(f.value.get("smi_q", ""))) if s != "N/A"})

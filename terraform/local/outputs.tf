@@ -13,7 +13,8 @@ output "cluster" {
     # /shared is a bind mount of a host directory (the kernel here has no NFS).
     shared_storage = "host_bind"
     # What the nodes are, for the benchmark's reproducibility record.
-    machine = { image = "debian-bookworm (LXC, debootstrap)", flavor = "container: ${var.memory_mb} MiB" }
+    # ram_mb: each container's memory limit, which `deployer check` holds the nodes to.
+    machine = { image = "debian-bookworm (LXC, debootstrap)", flavor = "container: ${var.memory_mb} MiB", ram_mb = var.memory_mb }
     # With at least one core per node, each node is pinned to cores of its own (the
     # deployer's CPU plan, deployer/providers/local/pinning.py); with fewer, they share them all.
     shared_cpus = var.host_cpus >= var.node_count ? null : var.host_cpus

@@ -1,5 +1,6 @@
 """`deployer check` on the real local cluster: a healthy cluster passes, and injected
-faults are found and named: a node whose link is throttled (tc on both ends of its veth)
+faults are found and named: a node given half the memory the spec says is short, a
+node whose link is throttled (tc on both ends of its veth)
 is the slow node, a node with a CPU hog is the straggler, a rank stopped (SIGSTOP) in the
 middle of the latency matrix is named within the stated time and nothing is left
 running, a node whose shared dir is unmounted fails with the command that replaces it,
@@ -84,13 +85,42 @@ def test_a_healthy_cluster_passes_and_the_report_is_kept(local_cluster):
     assert p.returncode == 0, p.stderr[-3000:]
     report = json.loads(p.stdout)
     assert [n["name"] for n in report["nodes"]] == local_cluster.cluster_output().names
+    ram_mb = local_cluster.cluster_output().machine["ram_mb"]
     assert report["verdict"] in ("pass", "warn"), [(n["name"], n["reason"]) for n in report["nodes"]]
     for node in report["nodes"]:
         found = {f["check"]: f for f in node["findings"]}
         assert found["shared_dir"]["status"] == "pass" and found["runtime"]["status"] == "pass", node
         assert abs(found["clock"]["value"]["offset_s"]) < 1.0, "the containers keep this machine's time"
+        # A container's /proc/meminfo is the host's: the size is its cgroup's limit, local.memory_mb
+        size = found["size"]["value"]
+        assert (size["memory_bytes"], size["memory_from"]) == (ram_mb << 20, "cgroup"), node
     assert "check (quick) of cluster itest" in p.stderr
     assert json.loads((local_cluster.state / "check.json").read_text())["verdict"] == report["verdict"]
+
+
+@contextmanager
+def memory_capped(node: str, mb: int) -> Iterator[None]:
+    """The node's container given less memory than the spec says (its cgroup's limit
+    lowered live, as a host short of memory or a hand-edited config would leave it)."""
+    v1 = Path(f"/sys/fs/cgroup/memory/lxc.payload.{node}/memory.limit_in_bytes")
+    limit = v1 if v1.exists() else Path(f"/sys/fs/cgroup/lxc.payload.{node}/memory.max")
+    was = limit.read_text().strip()
+    limit.write_text(str(mb << 20))
+    try:
+        yield
+    finally:
+        limit.write_text(was)
+
+
+def test_a_node_given_less_memory_than_the_spec_is_named(local_cluster):
+    small = local_cluster.cluster_output().workers[-1].name
+    ram_mb = local_cluster.cluster_output().machine["ram_mb"]
+    with memory_capped(small, ram_mb // 2):
+        p = local_cluster.deployer("check", "--json", timeout=300)
+    size = _findings(json.loads(p.stdout), "size")
+    assert size[small]["status"] == "warn", size
+    assert size[small]["detail"] == f"{ram_mb / 2048:.1f} GiB of memory, the flavor promises {ram_mb / 1024:.1f} GiB", size
+    assert all(f["status"] == "pass" for name, f in size.items() if name != small), size
 
 
 def test_a_throttled_link_names_the_slow_node(local_cluster):

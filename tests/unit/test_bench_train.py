@@ -95,7 +95,7 @@ def test_the_sweep_sends_the_check_the_hostfiles_and_one_training_run_per_n(clus
     for cmd, n in zip(runner.commands[2:4], (1, 2), strict=True):
         assert cmd == commands.mpirun_cmd(cluster, "run1", n, 3600, "resnet_train.py", [
             "--data", f"{shared}/datasets/digits", "--target-acc", "0.9",
-            "--checkpoint-dir", f"{shared}/bench/run1/ckpt-{n}", "--json", "--progress", "--heartbeat 1"])  # every rank watched (rank_watch.py)
+            "--checkpoint-dir", f"{shared}/bench/run1/ckpt-{n}", "--json", "--progress", "--heartbeat 1"])
         assert f" -np {n} " in cmd
     # then, after both runs, the shared storage's reads during each from the master's Prometheus
     for cmd, n in zip(runner.commands[4:], (1, 2), strict=True):

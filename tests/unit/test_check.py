@@ -210,6 +210,40 @@ def test_a_node_short_of_what_the_flavor_promises_is_named():
     assert [n.reason() for n in alike] == ["size: 4 CPU(s), the flavor promises 8"] * 2
 
 
+def _node_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("node_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("files", "memory", "cpus", "source"), [
+    # a local node: cgroup v1, its container's limit and no CPU quota (as LXC writes them)
+    ({"memory/memory.limit_in_bytes": "1610612736", "cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"},
+     1536 << 20, None, "cgroup"),
+    # cgroup v2 with a quota of half a CPU and a limit
+    ({"memory.max": "805306368", "cpu.max": "50000 100000"}, 768 << 20, 1, "cgroup"),
+    # a VM: v1 with no limit (PAGE_COUNTER_MAX's bytes), or v2 at its root (no memory.max): MemTotal stands
+    ({"memory/memory.limit_in_bytes": "9223372036854771712"}, 64 << 30, None, "meminfo"),
+    ({"cpu.max": "max 100000"}, 64 << 30, None, "meminfo"),
+])
+def test_a_nodes_size_is_its_cgroups_limit_where_it_has_one(tmp_path, files, memory, cpus, source):
+    """A container's /proc/meminfo is the host's: the check reads its cgroup's limit, so a
+    local node is held to local.memory_mb as a VM is to its flavor."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text + "\n")
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal:       {64 << 20} kB\nMemFree:        1000 kB\n")
+    found = _node_script().check_size(str(tmp_path), str(meminfo))
+    v = found["value"]
+    assert (v["memory_bytes"], v["memory_from"]) == (memory, source)
+    assert v["cpus"] == (cpus or len(__import__("os").sched_getaffinity(0)))
+    assert ("its cgroup's limit" in found["detail"]) == (source == "cgroup")
+
+
 def test_a_gpu_node_without_its_driver_fails_and_dcgm_is_skipped_where_absent():
     """--gpus 1 on this machine (no NVIDIA driver, no DCGM): the cluster promised a GPU
     that nvidia-smi cannot show; DCGM's diagnostics are skipped, not failed."""

@@ -10,7 +10,7 @@ import pytest
 
 from deployer.check import analyse
 from deployer.check.model import Finding, NodeReport
-from deployer.gpu_facts import dcgm_results, gpu_problems, smi_gpus
+from deployer.gpu_facts import dcgm_results, gpu_problems, pcie_links, pcie_problems, smi_gpus
 
 HEALTH = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "health"
 
@@ -106,3 +106,64 @@ def analyse_reason(fixture: str) -> str:
     node = NodeReport("a", [Finding("gpus", "pass", "", {"smi_q": head + (HEALTH.parent / fixture).read_text()})])
     analyse.gpus([node], {"a": 1})
     return node.reason()
+
+
+LSPCI = "lspci-vvv_h100-sxm-x8_gpu-stanzas_healthy.txt"
+
+
+def test_lspci_reads_each_gpus_link_and_a_healthy_node_has_no_problem():
+    links = pcie_links(smi(LSPCI))
+    assert [g["bdf"] for g in links] == ["19:00.0", "3b:00.0", "4c:00.0", "5d:00.0", "9b:00.0", "bb:00.0", "cb:00.0", "db:00.0"]
+    assert {(g["rev"], g["cap"], g["sta"]) for g in links} == {("a1", 16, 16)}
+    assert pcie_problems(smi(LSPCI)) == []  # the Secondary PCIe capability's LaneErrStat is not read
+    # read without root, lspci shows no capability: no width, so nothing is said of it
+    assert {(g["cap"], g["sta"]) for g in pcie_links(_denied(smi(LSPCI)))} == {(None, None)}
+    node = NodeReport("a", [Finding("gpus", "pass", "nvidia-smi answered",
+                                    {"smi_q": smi("nvidia-smi-q_h100-80gb-hbm3-x8_healthy_535.txt"), "lspci": smi(LSPCI)})])
+    analyse.gpus([node], {"a": 8})
+    assert node.verdict == "pass", node.reason()
+
+
+def _denied(lspci: str) -> str:
+    """A recording as an unprivileged lspci prints it: each stanza's capabilities hidden."""
+    out, hidden = [], False
+    for line in lspci.splitlines():
+        if line.startswith("\tCapabilities:"):
+            if not hidden:
+                out.append("\tCapabilities: <access denied>")
+            hidden = True
+            continue
+        if hidden and line.startswith("\t\t"):
+            continue
+        hidden = hidden and not (line and not line[0].isspace())
+        out.append(line)
+    return "\n".join(out)
+
+
+def _one_gpu_changed(lspci: str, bdf: str, old: str, new: str) -> str:
+    """The recording with one GPU's stanza edited (the fault, as lspci prints it)."""
+    stanzas = lspci.split("\n\n")
+    return "\n\n".join(s.replace(old, new) if s.startswith(bdf) else s for s in stanzas)
+
+
+def test_a_narrow_link_or_a_gpu_off_the_bus_is_named_from_lspci():
+    """The healthy recording with one GPU's link trained at x8 (lspci marks it
+    "(downgraded)"), and one GPU whose config space reads all ones (rev ff: "fallen off
+    the bus"): a narrow link warns; a GPU off the bus fails the node, also where nvidia-smi
+    itself failed (its driver lost the GPU), since the bus still says why."""
+    narrow = _one_gpu_changed(smi(LSPCI), "3b:00.0", "Width x16 (ok)", "Width x8 (downgraded)")
+    assert pcie_problems(narrow) == [("warn", "3b:00.0", "PCIe link x8 of x16 (lspci): a card or riser seated badly, "
+                                                          "or a slot narrower than the card")]
+    node = NodeReport("a", [Finding("gpus", "pass", "nvidia-smi answered",
+                                    {"smi_q": smi("nvidia-smi-q_h100-80gb-hbm3-x8_healthy_535.txt"), "lspci": narrow})])
+    analyse.gpus([node], {"a": 8})
+    assert node.verdict == "warn" and node.reason() == ("gpus: GPU 3b:00.0: PCIe link x8 of x16 (lspci): a card or riser "
+                                                        "seated badly, or a slot narrower than the card")
+    off = _one_gpu_changed(smi(LSPCI), "5d:00.0", "(rev a1)", "(rev ff)")
+    node = NodeReport("b", [Finding("gpus", "fail", "nvidia-smi failed: Unable to determine the device handle for GPU0000:5D:00.0: "
+                                                    "GPU is lost.  Reboot the system to recover this GPU", {"lspci": off})])
+    analyse.gpus([node], {"b": 8})
+    assert node.verdict == "fail"
+    assert node.reason().endswith("GPU 5d:00.0: reads as rev ff on the PCI bus: the GPU has fallen off the bus (reset it, "
+                                  "or reboot the node; replace it if it happens again)")
+    assert node.findings[0].value == {"problems": [node.reason().split("; ", 1)[1]]}, "the record keeps no raw output"
