@@ -125,8 +125,8 @@ def gpus(nodes: list[NodeReport], expected: dict[str, int]) -> None:
             continue
         pci = pcie_problems(str(f.value.get("lspci", "")))
         if f.status == "fail":  # nvidia-smi did not answer: what the bus says is all there is
-            said = [f"GPU {bdf}: {what}" for _, bdf, what in pci]
-            n.findings = [replace(x, detail="; ".join([f.detail, *said]), value={"problems": said}) if x is f else x
+            lost = [f"GPU {bdf}: {what}" for _, bdf, what in pci]
+            n.findings = [replace(x, detail="; ".join([f.detail, *lost]), value={"problems": lost}) if x is f else x
                           for x in n.findings]
             continue
         found = smi_gpus(str(f.value.get("smi_q", "")))
