@@ -255,8 +255,10 @@ def check_dcgm(level: int, timeout: float) -> dict[str, Any]:
     # Its deployment tests (permissions, persistence mode) want root: the cluster user has
     # passwordless sudo.
     sudo = ["sudo", "-n"] if os.geteuid() != 0 and shutil.which("sudo") else []
-    rc, out = run([*sudo, "dcgmi", "diag", "-r", str(level)], timeout)
-    if "|" not in out:
+    # -j: its JSON report (a failed test exits non-zero and still prints it); the table
+    # without -j is read too (deployer/gpu_facts.py dcgm_results).
+    rc, out = run([*sudo, "dcgmi", "diag", "-r", str(level), "-j"], timeout)
+    if "{" not in out and "|" not in out:
         return result("dcgm", "fail", f"dcgmi diag -r {level}: {out.splitlines()[-1] if out else rc}")
     return result("dcgm", "pass", f"dcgmi diag -r {level} answered", {"level": level, "text": out})
 

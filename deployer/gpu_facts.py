@@ -11,6 +11,7 @@ driver installed over it breaks the GPU. DCGM supports bare metal and pass-throu
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -351,10 +352,55 @@ _ROW = re.compile(r"^\|\s*(?P<name>[^|]*?)\s*\|\s*(?P<value>.*?)\s*\|?\s*$")
 _DCGM_STATUS = {"pass": "pass", "fail": "fail", "warn": "warn", "skip": "skip"}
 
 
+_DCGM_WORST = ("fail", "warn", "pass", "skip")  # a test's status: the worst of its GPUs'
+
+
+def dcgm_json_results(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """`dcgmi diag -r N -j` as (test, status, what it said). DCGM 3.x's top key is "DCGM
+    GPU Diagnostic", 4.x's "DCGM Diagnostic" (NVIDIA/DCGM testing/python3/dcgm_diag_schema.json
+    of each); under it, test_categories[].tests[] with a name and results[], one per GPU
+    (gpu_ids, gpu_id or entity_id) or one for the node, each with a status and warnings[]
+    ({"warning": text} objects; strings in older releases)."""
+    root = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic") or {}
+    out = []
+    for category in root.get("test_categories") or []:
+        for test in category.get("tests") or []:
+            results = test.get("results") or [test.get("test_summary") or {}]
+            by_status: dict[str, list[str]] = {}
+            said: list[str] = []
+            for r in results:
+                word = str(r.get("status", "")).strip().lower()
+                status = _DCGM_STATUS.get(word, "skip")  # "Not Run" and the like
+                gpu = next((str(r[k]) for k in ("gpu_id", "gpu_ids", "entity_id") if r.get(k) not in (None, "")), "")
+                by_status.setdefault(status, []).append(gpu)
+                for w in r.get("warnings") or []:
+                    text = str(w.get("warning", "") if isinstance(w, dict) else w).strip()
+                    if text and text not in said:
+                        said.append(text)
+            status = next(s for s in _DCGM_WORST if s in by_status) if by_status else "skip"
+            gpus = sorted({g for g in by_status.get(status, []) if g}, key=lambda g: (len(g), g))
+            where = f" - GPU: {', '.join(gpus)}" if gpus and status in ("fail", "warn") else ""
+            text = " ".join([f"{status.capitalize()}{where}", *said])
+            if status == "fail" and said and all(w.startswith("Persistence Mode:") for w in said):
+                # DCGM 4.x fails its software test where persistence mode is off (error 29).
+                # The GPUs work (each CUDA start pays the driver's set-up): a warning with
+                # DCGM's fix, not a failed node; images and drivers often ship with it off.
+                status, text = "warn", text + " (a warning here: the GPUs work without it)"
+            out.append((str(test.get("name", "?")), status, text))
+    return out
+
+
 def dcgm_results(text: str) -> list[tuple[str, str, str]]:
-    """`dcgmi diag -r N`'s table as (test, status, what it said): a test's result lines
+    """`dcgmi diag -r N`'s output, JSON (-j: dcgm_json_results) or its table, as (test,
+    status, what it said). The table: a test's result lines
     (Pass, Fail - GPU: 0, Skip - All...), and the Warning or Error rows under it, which
     make it a warn or a fail. Metadata rows (versions, device ids) are not tests."""
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end and not text[:start].strip().startswith("+"):  # JSON, maybe after a line on stderr
+        try:
+            return dcgm_json_results(json.loads(text[start:end + 1]))
+        except ValueError:
+            pass
     tests: list[list[str]] = []  # [name, status, message]
     current: list[str] | None = None
     for line in text.splitlines():

@@ -167,3 +167,46 @@ def test_a_narrow_link_or_a_gpu_off_the_bus_is_named_from_lspci():
     assert node.reason().endswith("GPU 5d:00.0: reads as rev ff on the PCI bus: the GPU has fallen off the bus (reset it, "
                                   "or reboot the node; replace it if it happens again)")
     assert node.findings[0].value == {"problems": [node.reason().split("; ", 1)[1]]}, "the record keeps no raw output"
+
+
+DCGM_JSON = HEALTH / "dcgm-json"
+
+
+@pytest.mark.parametrize(("fixture", "want"), [
+    # DCGM 3.x ("DCGM GPU Diagnostic", per-GPU gpu_ids), level 2 and 3 (its EUD test skipped)
+    ("dcgm3_virtualclient_r2_allpass.json", {"pass": 11}),
+    ("dcgm3_virtualclient_r3_pass_eudskip.json", {"pass": 15, "skip": 1}),
+    # DCGM 4.x ("DCGM Diagnostic", entity_id): persistence mode off fails DCGM's software
+    # test, a warning here; the hardware tests DCGM gates on this GPU skipped
+    ("dcgm4.5.2_gb10_r2_allowed_softwarefail.json", {"warn": 1, "pass": 2}),
+    ("dcgm4.5.2_gb10_r2_gated_softwarefail_skips.json", {"warn": 1, "skip": 2}),
+    ("dcgm4.2.3_gb10_r1_softwarefail.json", {"warn": 1}),
+])
+def test_dcgm_json_reports_of_both_formats(fixture, want):
+    results = dcgm_results((DCGM_JSON / fixture).read_text())
+    assert {s: sum(1 for _, x, _ in results if x == s) for s in want} == want and len(results) == sum(want.values())
+    for test, status, said in results:
+        if status == "warn":
+            assert test == "software" and said.startswith("Fail - GPU: 0 Persistence Mode: Persistence mode for GPU 0 is "
+                                                          "disabled. Enable persistence mode by running")
+
+
+def test_a_failed_dcgm_json_test_fails_the_node_with_dcgms_words():
+    """The 4.5.2 recording with its memory test turned failed, carrying the warning the
+    recorded level-2 table gives for GPU 0 (tests/fixtures/gpu/health: the A100 fragment)."""
+    import json
+
+    doc = json.loads((DCGM_JSON / "dcgm4.5.2_gb10_r2_allowed_softwarefail.json").read_text())
+    memory = next(t for c in doc["DCGM Diagnostic"]["test_categories"] for t in c["tests"] if t["name"] == "memory")
+    memory["results"][0].update(status="Fail", warnings=[{"error_category": 3, "error_id": 16, "error_severity": 2,
+                                                          "warning": "GPU 0 Thermal violations totaling 13.3 seconds "
+                                                                     "started at 9.7 seconds into the test for GPU 0"}])
+    text = "Error: one test failed\n" + json.dumps(doc, indent=1)  # what stderr may put before it
+    node = NodeReport("a", [Finding("dcgm", "pass", "answered", {"level": 2, "text": text})])
+    analyse.dcgm([node])
+    assert node.verdict == "fail"
+    assert node.reason() == ("dcgm: software: Fail - GPU: 0 Persistence Mode: Persistence mode for GPU 0 is disabled. Enable "
+                             "persistence mode by running \"nvidia-smi -i <gpuId> -pm 1 \" as root. (a warning here: the GPUs "
+                             "work without it); memory: Fail - GPU: 0 GPU 0 Thermal violations totaling 13.3 seconds started "
+                             "at 9.7 seconds into the test for GPU 0")
+    assert [t["status"] for t in node.findings[0].value["tests"]] == ["warn", "fail", "pass"]
