@@ -54,6 +54,37 @@ def nccl_version_text(version) -> str:
     return ".".join(map(str, version))
 
 
+class WholeLines:
+    """stdout for a process with a second thread that prints: each thread's text goes out
+    a whole line at a time. print() writes its text and its newline apart, and a large
+    line's write releases the GIL, so another thread's line could land inside it (a
+    HEARTBEAT in the middle of a rank's JSON record, seen here with 20 kB lines)."""
+
+    def __init__(self, out):
+        import threading
+
+        self._out, self._lock, self._local = out, threading.Lock(), threading.local()
+
+    def write(self, text: str) -> int:
+        pending = getattr(self._local, "text", "") + text
+        lines, newline, rest = pending.rpartition("\n")
+        self._local.text = rest
+        if newline:
+            with self._lock:
+                self._out.write(lines + newline)
+        return len(text)
+
+    def flush(self) -> None:
+        rest, self._local.text = getattr(self._local, "text", ""), ""
+        with self._lock:
+            if rest:
+                self._out.write(rest)
+            self._out.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._out, name)
+
+
 class Heartbeat:
     """`HEARTBEAT {"rank": r, "step": s}` every `every_s` seconds from a thread of its own,
     with the step the rank's main thread last set. A rank blocked in a collective keeps
@@ -70,19 +101,32 @@ class Heartbeat:
     @classmethod
     def started(cls, rank: int, every_s: float) -> "Heartbeat":
         """Beating until the process ends (every_s 0: never beats; `step` may still be set)."""
+        import atexit
+
         beat = cls(rank, every_s or 1.0)
-        return beat.__enter__() if every_s else beat
+        if every_s:
+            atexit.register(beat.__exit__)  # stopped before the interpreter's last flush of stdout
+            beat.__enter__()
+        return beat
 
     def __enter__(self) -> "Heartbeat":
+        import sys
+
+        if not isinstance(sys.stdout, WholeLines):
+            sys.stdout = WholeLines(sys.stdout)
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        # Joined, not left to die with the process: a daemon thread frozen at exit while
+        # it holds WholeLines' lock would hang the interpreter's last flush.
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def _beat(self) -> None:
         import json
 
         while not self._stop.is_set():
-            print("HEARTBEAT " + json.dumps({"rank": self.rank, "step": self.step}), flush=True)
+            print("HEARTBEAT " + json.dumps({"rank": self.rank, "step": self.step}), flush=True)  # sys.stdout: WholeLines
             self._stop.wait(self.every_s)
