@@ -37,6 +37,17 @@ def rendezvous(comm, hosts: list[str]) -> tuple[str, int]:
     return addr, int(port)
 
 
+def quiet_barrier(comm, poll_s: float = 0.05) -> None:
+    """Wait for every rank without spinning: Open MPI's blocking calls busy-poll, so a rank
+    done early would take CPU from one still working (the straggler step times each rank
+    on its own), and it would sit in MPI_Finalize with its heartbeat stopped."""
+    import time
+
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(poll_s)
+
+
 def mpi_library() -> str:
     """The MPI library's own first line (e.g. "Open MPI v4.1.4, ...")."""
     from mpi4py import MPI

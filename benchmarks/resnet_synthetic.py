@@ -22,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import timeit
 from typing import Any, NamedTuple
 
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from bench_common import Heartbeat, mpi_library, nccl_version_text, rendezvous
+from bench_common import Heartbeat, mpi_library, nccl_version_text, quiet_barrier, rendezvous
 from mpi4py import MPI
 from torch import nn, optim
 
@@ -146,6 +147,10 @@ def parse_args(argv=None):
     p.add_argument("--timeline-steps", type=int, default=3, help="steps under the profiler with --timeline")
     p.add_argument("--heartbeat", type=float, default=0,
                    help="every rank prints HEARTBEAT lines every this many seconds (bench_common.Heartbeat; 0: none)")
+    p.add_argument("--seconds-per-iter", type=float, default=0,
+                   help="time-boxed iterations instead of --num-batches-per-iter: every rank starts each one together "
+                        "and runs batches for this many seconds, so ranks that share CPUs are timed over the same "
+                        "window (deployer check's straggler step)")
     p.add_argument("--progress", action="store_true",
                    help="rank 0 prints a 'PROGRESS {json}' line after every batch (deployer bench shows them)")
     return p.parse_args(argv)
@@ -264,6 +269,18 @@ def main(argv=None) -> int:
                 torch.cuda.synchronize()  # the clock stops when the GPU is done
         return timeit.timeit(run, number=1)
 
+    def timed_for(seconds: float) -> tuple[int, float]:
+        """Batches until `seconds` passed, every rank starting together: (batches, seconds)."""
+        quiet_barrier(comm)
+        start, n = time.perf_counter(), 0
+        while True:
+            benchmark_step()
+            if args.cuda:
+                torch.cuda.synchronize()
+            n += 1
+            if (elapsed := time.perf_counter() - start) >= seconds:
+                return n, elapsed
+
     def log(s: str) -> None:
         if rank == 0:
             print(s, flush=True)
@@ -280,7 +297,11 @@ def main(argv=None) -> int:
     img_secs = []
     for x in range(args.num_iters):
         beat.step = f"iter {x + 1}"
-        img_sec = args.batch_size * args.num_batches_per_iter / timed(args.num_batches_per_iter, "iter", x + 1)
+        if args.seconds_per_iter:
+            batches, secs = timed_for(args.seconds_per_iter)
+            img_sec = args.batch_size * batches / secs
+        else:
+            img_sec = args.batch_size * args.num_batches_per_iter / timed(args.num_batches_per_iter, "iter", x + 1)
         log(f"Iter #{x}: {img_sec:.1f} img/sec per {dev}")
         progress(phase="iter_done", iter=x + 1, iters=args.num_iters, img_per_sec=img_sec)
         img_secs.append(img_sec)
@@ -302,6 +323,8 @@ def main(argv=None) -> int:
 
     mine = {"rank": rank, "host": hosts[rank], "local_rank": local_rank,
             "img_per_sec": float(np.mean(img_secs)), "conf": float(1.96 * np.std(img_secs))}
+    beat.step = "done: waiting for the other ranks"
+    quiet_barrier(comm)  # every rank beats until all are done: none waits silent in MPI_Finalize
     ranks = comm.gather(mine)
     if rank == 0:
         total = sum(r["img_per_sec"] for r in ranks)

@@ -30,7 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from bench_common import Heartbeat, rendezvous
+from bench_common import Heartbeat, quiet_barrier, rendezvous
 from data_loading import MIN_SIZE, ExactDistributedSampler, MergedBatchSampler, WithBytes, batch_count, load_manifest, open_split
 from resnet_synthetic import MODELS, build_model, place_rank, versions
 from torch import nn, optim
@@ -425,6 +425,8 @@ def main(argv=None) -> int:
             "resumed_from_epoch": resumed_from, "setup_s": setup_s, "workers": workers, "threads": threads,
             "compute_img_per_sec": compute_ips, "compute_steps": args.compute_steps if compute_ips else 0,
             "amp": args.amp, "history": history, "flags": flags, "versions": versions(args.cuda, hosts, impl, gpus)}))
+    beat.step = "done: waiting for the other ranks"
+    quiet_barrier(comm)  # every rank beats until all are done: none waits silent in MPI_Finalize
     if ddp:
         dist.destroy_process_group()
     return 0

@@ -9,8 +9,10 @@ from the master as a user would type them:
 - the straggler: the same short synthetic ResNet step on every rank at once without
   gradient exchange (benchmarks/resnet_synthetic.py --mode ensemble), each rank timed on
   its own: under DDP every rank waits for the slowest, so only the uncoupled step shows
-  which node is slow. A node below the others' median by more than the stated margin is
-  named.
+  which node is slow. Time-boxed (--seconds-per-iter): every rank starts each window
+  together and counts its batches in it, so ranks sharing CPUs are compared over the same
+  seconds, not a fast one's alone at the end. A node below the others' median by more
+  than the stated margin is named.
 
 Measurements here, verdicts in analyse.py's style: pure functions of the figures, so
 they are unit-tested on recorded numbers.
@@ -37,8 +39,8 @@ RANDOM_PAIRS = 8  # beyond ALL_PAIRS_UP_TO nodes, besides the ring
 NET_WARN, NET_FAIL = 0.75, 0.5
 # A rank's own step rate below these shares of the other nodes' median: warned, failed.
 STRAGGLER_WARN, STRAGGLER_FAIL = 0.75, 0.5
-STRAGGLER_ARGS = ["--mode", "ensemble", "--model", "resnet18", "--image-size", "32", "--batch-size", "8",
-                  "--num-warmup-batches", "2", "--num-batches-per-iter", "3", "--num-iters", "3"]
+STRAGGLER_ARGS = ["--mode", "ensemble", "--model", "resnet18", "--image-size", "32", "--batch-size", "4",
+                  "--num-warmup-batches", "2", "--num-iters", "3", "--seconds-per-iter", "4"]
 
 
 def pairs(cluster: Cluster, seed: int = 0) -> list[tuple[Node, Node]]:
