@@ -33,6 +33,7 @@ import re
 import socket
 import sys
 import time
+from contextlib import nullcontext
 
 import numpy as np
 from bench_common import Heartbeat, mpi_library, rendezvous
@@ -203,46 +204,43 @@ def main(argv=None) -> int:
 
     rows = []
     beat = Heartbeat(rank, args.heartbeat) if args.heartbeat else None
-    if beat:
-        beat.__enter__()
-    for nbytes in sizes(args.minbytes, args.maxbytes, args.stepfactor):
-        if beat:
-            beat.step = f"{nbytes} bytes"
-        count = nbytes // 4
-        if backend == "torch":
-            op = TorchOp(pg, count, device, args.chunk // 4)
-        else:
-            op = MpiOp(comm, count)
-        # timing data: 1/n per element keeps in-place sums near 1 (no overflow)
-        op.fill(np.full(count, 1.0 / n, np.float32))
-        for _ in range(args.warmup_iters):
-            op.run()
-        op.sync()
-        comm.Barrier()
-        t0 = time.perf_counter()
-        for _ in range(args.iters):
-            op.run()
-        op.sync()
-        sec = comm.allreduce((time.perf_counter() - t0) / args.iters) / n  # rank average
-        wrong = -1
-        if args.check:
-            # rank r holds (r+1) + i%16: the sum n(n+1)/2 + n*(i%16) is exact in float32
-            pattern = (np.arange(count) % 16).astype(np.float32)
-            op.fill(pattern + (rank + 1))
-            op.run()
+    with beat or nullcontext():  # the beat joined whatever happens (see Heartbeat.__exit__)
+        for nbytes in sizes(args.minbytes, args.maxbytes, args.stepfactor):
+            if beat:
+                beat.step = f"{nbytes} bytes"
+            count = nbytes // 4
+            if backend == "torch":
+                op = TorchOp(pg, count, device, args.chunk // 4)
+            else:
+                op = MpiOp(comm, count)
+            # timing data: 1/n per element keeps in-place sums near 1 (no overflow)
+            op.fill(np.full(count, 1.0 / n, np.float32))
+            for _ in range(args.warmup_iters):
+                op.run()
             op.sync()
-            expect = pattern * n + n * (n + 1) / 2
-            wrong = comm.allreduce(int(np.count_nonzero(op.result() != expect)))
-        algbw, busbw = bandwidths(nbytes, sec, n)
-        us = sec * 1e6
-        t = f"{us:7.0f}" if us >= 10000 else f"{us:7.1f}" if us >= 100 else f"{us:7.2f}"
-        say(f"{nbytes:12d}  {count:12d}  {'float':>8s}  {'sum':>6s}  {-1:6d}  {t}  {algbw:6.2f}  {busbw:6.2f}  "
-            f"{wrong if args.check else 'N/A':>5}")
-        rows.append({"bytes": nbytes, "count": count, "type": "float", "time_us": round(us, 3),
-                     "algbw_gb_s": round(algbw, 6), "busbw_gb_s": round(busbw, 6), "wrong": wrong})
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(args.iters):
+                op.run()
+            op.sync()
+            sec = comm.allreduce((time.perf_counter() - t0) / args.iters) / n  # rank average
+            wrong = -1
+            if args.check:
+                # rank r holds (r+1) + i%16: the sum n(n+1)/2 + n*(i%16) is exact in float32
+                pattern = (np.arange(count) % 16).astype(np.float32)
+                op.fill(pattern + (rank + 1))
+                op.run()
+                op.sync()
+                expect = pattern * n + n * (n + 1) / 2
+                wrong = comm.allreduce(int(np.count_nonzero(op.result() != expect)))
+            algbw, busbw = bandwidths(nbytes, sec, n)
+            us = sec * 1e6
+            t = f"{us:7.0f}" if us >= 10000 else f"{us:7.1f}" if us >= 100 else f"{us:7.2f}"
+            say(f"{nbytes:12d}  {count:12d}  {'float':>8s}  {'sum':>6s}  {-1:6d}  {t}  {algbw:6.2f}  {busbw:6.2f}  "
+                f"{wrong if args.check else 'N/A':>5}")
+            rows.append({"bytes": nbytes, "count": count, "type": "float", "time_us": round(us, 3),
+                         "algbw_gb_s": round(algbw, 6), "busbw_gb_s": round(busbw, 6), "wrong": wrong})
 
-    if beat:
-        beat.__exit__()
     avg = sum(r["busbw_gb_s"] for r in rows) / len(rows)
     total_wrong = sum(max(0, r["wrong"]) for r in rows)
     say(f"# Out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")

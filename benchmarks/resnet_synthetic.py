@@ -153,7 +153,12 @@ def parse_args(argv=None):
                         "window (deployer check's straggler step)")
     p.add_argument("--progress", action="store_true",
                    help="rank 0 prints a 'PROGRESS {json}' line after every batch (deployer bench shows them)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.seconds_per_iter and args.mode == "dp":
+        # Each rank ends its window on its own clock: under DDP one rank's extra step would
+        # wait in an all-reduce the others never join.
+        p.error("--seconds-per-iter needs --mode ensemble")
+    return args
 
 
 def gpu_inventory(cuda: bool) -> tuple[int, str | None]:
@@ -294,12 +299,14 @@ def main(argv=None) -> int:
     beat.step = "warmup"
     timed(args.num_warmup_batches, "warmup")
     log("Running benchmark...")
-    img_secs = []
+    img_secs: list[float] = []
+    windows: list[float] = []  # --seconds-per-iter: each window's seconds on this rank
     for x in range(args.num_iters):
         beat.step = f"iter {x + 1}"
         if args.seconds_per_iter:
             batches, secs = timed_for(args.seconds_per_iter)
             img_sec = args.batch_size * batches / secs
+            windows.append(secs)
         else:
             img_sec = args.batch_size * args.num_batches_per_iter / timed(args.num_batches_per_iter, "iter", x + 1)
         log(f"Iter #{x}: {img_sec:.1f} img/sec per {dev}")
@@ -323,8 +330,14 @@ def main(argv=None) -> int:
 
     mine = {"rank": rank, "host": hosts[rank], "local_rank": local_rank,
             "img_per_sec": float(np.mean(img_secs)), "conf": float(1.96 * np.std(img_secs))}
+    if windows:
+        mine["window_s"] = windows
     beat.step = "done: waiting for the other ranks"
     quiet_barrier(comm)  # every rank beats until all are done: none waits silent in MPI_Finalize
+    # Then no rank beats while rank 0 prints its record: Open MPI forwards output in chunks
+    # of 4 kB, so another rank's beat could land inside a long line.
+    beat.__exit__()
+    comm.Barrier()
     ranks = comm.gather(mine)
     if rank == 0:
         total = sum(r["img_per_sec"] for r in ranks)

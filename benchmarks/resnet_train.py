@@ -412,6 +412,10 @@ def main(argv=None) -> int:
             + (f" (best {best['top1']:.4f} at epoch {best['epoch']})" if best else ""))
     else:
         log(f"Stopped after epoch {len(history)} of {args.epochs}: run again with --checkpoint-dir {args.checkpoint_dir} to go on")
+    beat.step = "done: waiting for the other ranks"
+    quiet_barrier(comm)  # every rank beats until all are done: none waits silent in MPI_Finalize
+    beat.__exit__()  # and none beats while rank 0 prints its record (resnet_synthetic.py says why)
+    comm.Barrier()
     if args.json and rank == 0:
         flags = {k: v for k, v in vars(args).items()}
         log(json.dumps({
@@ -425,8 +429,6 @@ def main(argv=None) -> int:
             "resumed_from_epoch": resumed_from, "setup_s": setup_s, "workers": workers, "threads": threads,
             "compute_img_per_sec": compute_ips, "compute_steps": args.compute_steps if compute_ips else 0,
             "amp": args.amp, "history": history, "flags": flags, "versions": versions(args.cuda, hosts, impl, gpus)}))
-    beat.step = "done: waiting for the other ranks"
-    quiet_barrier(comm)  # every rank beats until all are done: none waits silent in MPI_Finalize
     if ddp:
         dist.destroy_process_group()
     return 0

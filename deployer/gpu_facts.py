@@ -305,8 +305,10 @@ def gpu_problems(tree: dict[str, Any]) -> list[tuple[str, str]]:
 
 # An NVIDIA GPU's first line in `lspci -vv -d 10de:` (class 0302 "3D controller", or 0300
 # "VGA compatible controller"), with its revision: ff where config space reads all ones.
-_LSPCI_GPU = re.compile(r"^(?P<bdf>[0-9a-f:.]+) (?:3D|VGA compatible) controller(?: \[030[02]\])?: NVIDIA.*?"
-                        r"(?:\(rev (?P<rev>[0-9a-f]{2})\))?\s*$", re.IGNORECASE)
+_LSPCI_GPU = re.compile(r"^(?P<bdf>[0-9a-f:.]+) (?:3D|VGA compatible) controller(?: \[030[02]\])?: NVIDIA", re.IGNORECASE)
+# Anywhere on the line: with -v lspci prints the prog-if after it, "(rev ff) (prog-if ff)"
+# for a GPU whose config space reads all ones, "(rev a1) (prog-if 00 [VGA controller])".
+_REV = re.compile(r"\(rev ([0-9a-f]{2})\)", re.IGNORECASE)
 _LNK = re.compile(r"^\s*Lnk(?P<kind>Cap|Sta):.*?Width x(?P<width>\d+)")
 
 
@@ -318,8 +320,8 @@ def pcie_links(lspci: str) -> list[dict[str, Any]]:
     current: dict[str, Any] | None = None
     for line in lspci.splitlines():
         if line and not line[0].isspace():
-            m = _LSPCI_GPU.match(line)
-            current = {"bdf": m["bdf"].lower(), "rev": (m["rev"] or "").lower(), "cap": None, "sta": None} if m else None
+            m, rev = _LSPCI_GPU.match(line), _REV.search(line)
+            current = {"bdf": m["bdf"].lower(), "rev": rev[1].lower() if rev else "", "cap": None, "sta": None} if m else None
             if current is not None:
                 gpus.append(current)
         elif current is not None and (lnk := _LNK.match(line)) and current[lnk["kind"].lower()] is None:
@@ -343,9 +345,17 @@ def pcie_problems(lspci: str) -> list[tuple[str, str, str]]:
     return out
 
 
+def _pci_address(address: str) -> tuple[int, int, int, int] | None:
+    """(domain, bus, device, function) of 00000000:19:00.0, 0000:19:00.0 or 19:00.0 (domain 0)."""
+    m = re.fullmatch(r"(?:([0-9a-f]+):)?([0-9a-f]+):([0-9a-f]+)\.([0-7])", address.strip().lower())
+    return (int(m[1] or "0", 16), int(m[2], 16), int(m[3], 16), int(m[4])) if m else None
+
+
 def same_bus(smi_bus: str, lspci_bdf: str) -> bool:
-    """nvidia-smi's 00000000:19:00.0 and lspci's 19:00.0 (or 0000:19:00.0) name one device."""
-    return smi_bus.lower().split(":")[-2:] == lspci_bdf.lower().split(":")[-2:]
+    """nvidia-smi's 00000000:19:00.0 and lspci's 19:00.0 (or 0000:19:00.0) name one device;
+    the domain counts (VMs that give each GPU a domain of its own: 0001:00:00.0, 0002:...)."""
+    a, b = _pci_address(smi_bus), _pci_address(lspci_bdf)
+    return a is not None and a == b
 
 
 _ROW = re.compile(r"^\|\s*(?P<name>[^|]*?)\s*\|\s*(?P<value>.*?)\s*\|?\s*$")
@@ -362,6 +372,8 @@ def dcgm_json_results(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
     (gpu_ids, gpu_id or entity_id) or one for the node, each with a status and warnings[]
     ({"warning": text} objects; strings in older releases)."""
     root = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic") or {}
+    if root.get("runtime_error"):  # it could not run (NVIDIA/DCGM dcgmi/Diag.cpp, HelperDisplayFailureMessage)
+        return [("diagnostic", "fail", f"DCGM could not run it: {root['runtime_error']}")]
     out = []
     for category in root.get("test_categories") or []:
         for test in category.get("tests") or []:

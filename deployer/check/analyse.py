@@ -167,6 +167,9 @@ def dcgm(nodes: list[NodeReport]) -> None:
         if f is None or f.status != "pass" or not isinstance(f.value, dict):
             continue
         results = dcgm_results(str(f.value.get("text", "")))
+        if not results:  # an answer with no test in it is no diagnostic
+            text = str(f.value.get("text", "")).strip()
+            results = [("diagnostic", "fail", f"dcgmi printed no test result: {text.splitlines()[-1][:200] if text else 'nothing'}")]
         bad = [(s, f"{name}: {said}") for name, s, said in results if s in ("fail", "warn")]
         status: Status = "fail" if any(s == "fail" for s, _ in bad) else "warn" if bad else "pass"
         ran = [name for name, s, _ in results if s != "skip"]

@@ -10,7 +10,7 @@ import pytest
 
 from deployer.check import analyse
 from deployer.check.model import Finding, NodeReport
-from deployer.gpu_facts import dcgm_results, gpu_problems, pcie_links, pcie_problems, smi_gpus
+from deployer.gpu_facts import dcgm_results, gpu_problems, pcie_links, pcie_problems, same_bus, smi_gpus
 
 HEALTH = Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "health"
 
@@ -159,7 +159,8 @@ def test_a_narrow_link_or_a_gpu_off_the_bus_is_named_from_lspci():
     analyse.gpus([node], {"a": 8})
     assert node.verdict == "warn" and node.reason() == ("gpus: GPU 3b:00.0: PCIe link x8 of x16 (lspci): a card or riser "
                                                         "seated badly, or a slot narrower than the card")
-    off = _one_gpu_changed(smi(LSPCI), "5d:00.0", "(rev a1)", "(rev ff)")
+    # config space reading all ones gives the prog-if byte ff too, which -v prints after the revision
+    off = _one_gpu_changed(smi(LSPCI), "5d:00.0", "(rev a1)", "(rev ff) (prog-if ff)")
     node = NodeReport("b", [Finding("gpus", "fail", "nvidia-smi failed: Unable to determine the device handle for GPU0000:5D:00.0: "
                                                     "GPU is lost.  Reboot the system to recover this GPU", {"lspci": off})])
     analyse.gpus([node], {"b": 8})
@@ -210,3 +211,25 @@ def test_a_failed_dcgm_json_test_fails_the_node_with_dcgms_words():
                              "work without it); memory: Fail - GPU: 0 GPU 0 Thermal violations totaling 13.3 seconds started "
                              "at 9.7 seconds into the test for GPU 0")
     assert [t["status"] for t in node.findings[0].value["tests"]] == ["warn", "fail", "pass"]
+
+
+def test_lspci_lines_as_printed_for_other_classes_and_domains():
+    vga = "0000:01:00.0 VGA compatible controller: NVIDIA Corporation GA102 [GeForce RTX 3090] (rev a1) (prog-if 00 [VGA controller])"
+    assert pcie_links(vga) == [{"bdf": "0000:01:00.0", "rev": "a1", "cap": None, "sta": None}]
+    # a VM giving each GPU a PCI domain of its own: the domain tells them apart
+    assert same_bus("00000001:00:00.0", "0001:00:00.0") and not same_bus("00000001:00:00.0", "0002:00:00.0")
+    assert same_bus("00000000:19:00.0", "19:00.0")
+
+
+def test_a_dcgm_diagnostic_that_could_not_run_fails_the_node():
+    """dcgmi -j reports a diagnostic it could not start as {"DCGM Diagnostic": {"runtime_error": ...}}
+    (NVIDIA/DCGM dcgmi/Diag.cpp, HelperDisplayFailureMessage); an answer with no test in it
+    fails too, where the table had none either."""
+    failed = '{"DCGM Diagnostic": {"version": "4.2.3", "runtime_error": "Error: unable to establish a connection to the host engine"}}'
+    nodes = [NodeReport(n, [Finding("dcgm", "pass", "answered", {"level": 1, "text": t})])
+             for n, t in (("a", failed), ("b", "Error: nothing here"))]
+    analyse.dcgm(nodes)
+    assert [n.verdict for n in nodes] == ["fail", "fail"]
+    assert nodes[0].reason() == ("dcgm: diagnostic: DCGM could not run it: Error: unable to establish a connection to the "
+                                 "host engine")
+    assert nodes[1].reason() == "dcgm: diagnostic: dcgmi printed no test result: Error: nothing here"
