@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -74,7 +75,13 @@ def cluster_up(tmp_path_factory, name: str, spec: str, *up_args: str, workdir: s
         assert p.returncode == 0, f"deployer up failed:\n{p.stderr[-4000:]}"
         yield c
     finally:
-        d = c.deployer("down", "--yes", timeout=600)  # a no-op if a test already removed it
+        # A no-op if a test already removed it; a verb a failed test left running holds the
+        # cluster's lock for a while: wait for it rather than leave the cluster behind.
+        for _ in range(36):
+            d = c.deployer("down", "--yes", timeout=600)
+            if d.returncode == 0 or "is busy" not in d.stderr:
+                break
+            time.sleep(5)
         print(d.stderr[-2000:])
 
 
