@@ -135,6 +135,16 @@ class Heartbeat:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
 
+    def done_together(self, comm) -> None:
+        """A rank's end: beat while it waits for every other rank (none sits silent in
+        MPI_Finalize while a slower one works), then stop, and wait until every rank has
+        stopped, so that none beats while rank 0 prints its record: Open MPI forwards output
+        in 4 kB chunks, and another rank's beat could land inside a long line."""
+        self.step = "done: waiting for the other ranks"
+        quiet_barrier(comm)
+        self.__exit__()
+        comm.Barrier()
+
     def _beat(self) -> None:
         import json
 

@@ -332,12 +332,7 @@ def main(argv=None) -> int:
             "img_per_sec": float(np.mean(img_secs)), "conf": float(1.96 * np.std(img_secs))}
     if windows:
         mine["window_s"] = windows
-    beat.step = "done: waiting for the other ranks"
-    quiet_barrier(comm)  # every rank beats until all are done: none waits silent in MPI_Finalize
-    # Then no rank beats while rank 0 prints its record: Open MPI forwards output in chunks
-    # of 4 kB, so another rank's beat could land inside a long line.
-    beat.__exit__()
-    comm.Barrier()
+    beat.done_together(comm)
     ranks = comm.gather(mine)
     if rank == 0:
         total = sum(r["img_per_sec"] for r in ranks)

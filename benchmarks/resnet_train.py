@@ -30,7 +30,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from bench_common import Heartbeat, quiet_barrier, rendezvous
+from bench_common import Heartbeat, rendezvous
 from data_loading import MIN_SIZE, ExactDistributedSampler, MergedBatchSampler, WithBytes, batch_count, load_manifest, open_split
 from resnet_synthetic import MODELS, build_model, place_rank, versions
 from torch import nn, optim
@@ -412,10 +412,7 @@ def main(argv=None) -> int:
             + (f" (best {best['top1']:.4f} at epoch {best['epoch']})" if best else ""))
     else:
         log(f"Stopped after epoch {len(history)} of {args.epochs}: run again with --checkpoint-dir {args.checkpoint_dir} to go on")
-    beat.step = "done: waiting for the other ranks"
-    quiet_barrier(comm)  # every rank beats until all are done: none waits silent in MPI_Finalize
-    beat.__exit__()  # and none beats while rank 0 prints its record (resnet_synthetic.py says why)
-    comm.Barrier()
+    beat.done_together(comm)
     if args.json and rank == 0:
         flags = {k: v for k, v in vars(args).items()}
         log(json.dumps({
