@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import socket
@@ -168,10 +169,10 @@ def check_size(cgroup: str = "/sys/fs/cgroup", meminfo: str = "/proc/meminfo") -
     """CPUs this node may use and its memory, each capped by its cgroup's limit where it
     has one (a container: its /proc shows the host's); the controller compares the nodes
     and what the flavor or the spec promised."""
-    cpus = len(os.sched_getaffinity(0))
-    quota = cpu_limit(cgroup)
-    if quota is not None and quota < cpus:
-        cpus = max(1, int(quota + 0.999))  # a quota of 1.5 CPUs runs on two, at most 1.5 at once
+    cpus, quota = len(os.sched_getaffinity(0)), cpu_limit(cgroup)
+    quoted = quota is not None and quota < cpus
+    if quota is not None and quoted:
+        cpus = max(1, math.ceil(quota))  # a quota of 1.5 CPUs runs on two, at most 1.5 at once
     mem = 0
     with open(meminfo) as f:
         for line in f:
@@ -179,8 +180,9 @@ def check_size(cgroup: str = "/sys/fs/cgroup", meminfo: str = "/proc/meminfo") -
                 mem = int(line.split()[1]) * 1024
     limit = memory_limit(cgroup)
     capped = limit is not None and limit < mem
-    mem = limit if capped and limit is not None else mem
-    said = f"{cpus} CPU(s)" + (f" (a quota of {quota:g})" if quota is not None and quota < len(os.sched_getaffinity(0)) else "")
+    if limit is not None and capped:
+        mem = limit
+    said = f"{cpus} CPU(s)" + (f" (a quota of {quota:g})" if quoted else "")
     said += f", {mem / GIB:.1f} GiB" + (" (its cgroup's limit)" if capped else "")
     return result("size", "pass", said, {"cpus": cpus, "memory_bytes": mem, "cpu_quota": quota,
                                          "memory_from": "cgroup" if capped else "meminfo"})
@@ -214,13 +216,18 @@ def check_interface() -> dict[str, Any]:
     return result("interface", "pass", f"NCCL and gloo use {name} ({state})", {"name": name, "gloo": gloo or None})
 
 
+def _sudo() -> list[str]:
+    """The prefix that runs a command as root: none for root, else passwordless sudo."""
+    return ["sudo", "-n"] if os.geteuid() != 0 and shutil.which("sudo") else []
+
+
 def lspci_gpus(timeout: float) -> str:
     """`lspci -vv -d 10de:`: NVIDIA's devices as the PCI bus sees them, with or without a
     driver. The link registers need root (else "<access denied>"): through passwordless
     sudo where the cluster user has it. "" where lspci is missing."""
     if shutil.which("lspci") is None:
         return ""
-    sudo = ["sudo", "-n"] if os.geteuid() != 0 and shutil.which("sudo") else []
+    sudo = _sudo()
     rc, out = run([*sudo, "lspci", "-vv", "-d", "10de:"], timeout)
     if rc != 0 and sudo:
         rc, out = run(["lspci", "-vv", "-d", "10de:"], timeout)
@@ -254,7 +261,7 @@ def check_dcgm(level: int, timeout: float) -> dict[str, Any]:
         return result("dcgm", "skip", "DCGM is not installed (monitoring.dcgm installs it on GPU nodes)")
     # Its deployment tests (permissions, persistence mode) want root: the cluster user has
     # passwordless sudo.
-    sudo = ["sudo", "-n"] if os.geteuid() != 0 and shutil.which("sudo") else []
+    sudo = _sudo()
     # -j: its JSON report (a failed test exits non-zero and still prints it); the table
     # without -j is read too (deployer/gpu_facts.py dcgm_results).
     rc, out = run([*sudo, "dcgmi", "diag", "-r", str(level), "-j"], timeout)
