@@ -131,11 +131,12 @@ def gpus(nodes: list[NodeReport], expected: dict[str, int]) -> None:
             continue
         found = smi_gpus(str(f.value.get("smi_q", "")))
         names = sorted({str(t.get("Product Name", "?")) for _, t in found})
-        problems = [(status, f"GPU {bus}: {what}") for bus, t in found for status, what in gpu_problems(t)]
+        per_gpu = [(bus, gpu_problems(t)) for bus, t in found]
+        problems = [(status, f"GPU {bus}: {what}") for bus, said in per_gpu for status, what in said]
         # lspci's width only where nvidia-smi did not already say it of that GPU
+        narrow = [bus for bus, said in per_gpu if any("PCIe link" in w for _, w in said)]
         problems += [(status, f"GPU {bdf}: {what}") for status, bdf, what in pci
-                     if status == "fail" or not any(same_bus(bus, bdf) and "PCIe link" in w
-                                                    for bus, t in found for _, w in gpu_problems(t))]
+                     if status == "fail" or not any(same_bus(bus, bdf) for bus in narrow)]
         want = expected.get(n.name, 0)
         if not fabric_ready(str(f.value.get("smi_q", ""))):
             states = sorted({f"{s}/{st}" for s, st in fabric_states(str(f.value.get("smi_q", ""))) if s != "N/A"})
