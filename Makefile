@@ -33,9 +33,13 @@ system-deps:
 
 $(VENV)/.installed: pyproject.toml | system-deps
 	python3 -m venv $(VENV)
-	# torch pinned to the CPU build first, so nothing later pulls a CUDA build.
-	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[test]'
+	@# torch is PyPI's build (with its CUDA wheels, ~2.6 GB; it runs on CPUs), downloaded once per
+	@# machine into the wheelhouse that local nodes install from (deployer/providers/local/runtime_env.py);
+	@# the tests run the benchmarks with it here too.
+	$(SUDO) $(PY) -m deployer.providers.local.runtime_env fetch
+	$(PY) -m pip install --quiet --find-links "$$($(PY) -m deployer.providers.local.runtime_env wheelhouse)" \
+	  -r <($(PY) -m deployer.providers.local.runtime_env requirements)
 	touch $@
 
 deps: system-deps $(VENV)/.installed

@@ -1,6 +1,7 @@
 """Downloads once per cluster (issue 17): what each node pulled from outside, the
 training runtime installed once on the shared dir, distribution packages through the
-master's cache. On the shared 3-node cluster (workers reached through the master)."""
+master's cache; torch downloaded and installed once per machine (issue 42). On the shared
+3-node cluster (workers reached through the master)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 import pytest
 
 from deployer.pipeline import boot, timings
+from deployer.providers.local import runtime_env
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +38,7 @@ def test_up_reports_what_every_node_pulled_from_outside(local_cluster):
     assert all(isinstance(b, int) for b in pulled.values()), pulled
     line = next(ln for ln in local_cluster.up_log.splitlines() if "up 3 nodes in " in ln)
     assert re.search(r"pulled from outside: master [\d.]+ [kMG]?B, workers ≤ [\d.]+ [kMG]?B", line), line
-    # A worker installs no runtime of its own (a CPU torch wheel alone is ~190 MB).
+    # A worker installs no runtime of its own (PyPI's torch wheel alone is ~900 MB).
     assert max(pulled["itest-worker-1"], pulled["itest-worker-2"]) < 20e6, pulled
 
 
@@ -47,6 +49,19 @@ def test_the_runtime_is_installed_once_on_the_shared_dir(local_cluster):
         prefix, torch_file, own = out.split()
         assert prefix == "/shared/venv" and torch_file.startswith("/shared/venv/"), out
         assert own == "no-own-torch", out  # nothing installed beside the shared environment
+
+
+def test_torch_is_downloaded_and_installed_once_per_machine(local_cluster):
+    """The cluster's environment is hard links to the one this machine prepared, and
+    neither torch's wheel nor its CUDA wheels crossed the uplink for this cluster."""
+    rt = runtime_env.runtime_for("/shared")
+    [torch_init] = (local_cluster.state / "shared" / "venv").glob("lib/python3*/site-packages/torch/__init__.py")
+    prepared = rt.dir / "venv" / torch_init.relative_to(local_cluster.state / "shared" / "venv")
+    assert torch_init.stat().st_ino == prepared.stat().st_ino, (torch_init, prepared)
+    wheel = next(runtime_env.WHEELHOUSE.glob("torch-*.whl")).stat().st_size
+    first = sorted((local_cluster.state / "runs").glob("*-up"))[0]
+    pulled = timings.read(first)["bytes_from_outside"]["itest-master"]
+    assert pulled < wheel / 4, (pulled, wheel)
 
 
 def test_distribution_packages_are_downloaded_once_through_the_masters_cache(local_cluster):

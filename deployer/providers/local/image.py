@@ -284,7 +284,11 @@ def _host_pip_config() -> dict[str, str]:
 
 def host_carry() -> tuple[str, list[Path]]:
     """The pip.conf text for the nodes and the host folders it needs (bind-mounted read-only)."""
+    from .runtime_env import WHEELHOUSE
+
     conf = _host_pip_config()
+    if WHEELHOUSE.is_dir():  # the machine's wheels (torch), so a node's pip takes them from here
+        conf["find-links"] = " ".join([*conf.get("find-links", "").split(), str(WHEELHOUSE)])
     paths: set[Path] = set()
     for option in ("find-links", "extra-index-url", "index-url", "constraint", "cert"):
         for item in conf.get(option, "").split():

@@ -8,6 +8,7 @@ the tests' emulated VMs, tests/vm).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import json
@@ -213,6 +214,24 @@ class LocalProvider:
             with ui.status(doing):
                 image.ensure_base_image()
         state.shared_host_dir.mkdir(parents=True, exist_ok=True)
+        self._link_training_env(spec, state)
+
+    def _link_training_env(self, spec: "ClusterSpec", state: "ClusterState") -> None:
+        """The cluster's `<shared>/venv`, hard-linked from the one this machine prepared
+        (runtime_env): torch is downloaded and installed once per machine, not per cluster."""
+        from ... import ui
+        from . import image, runtime_env
+
+        target = state.shared_host_dir / "venv"
+        if target.exists():
+            return
+        rt = runtime_env.runtime_for(spec.shared_dir, spec.gpu_runtime.torch)
+        what = "installing" if runtime_env.fetched(rt.requirements) else "downloading and installing"
+        saying = ui.status(f"{what} the training environment ({', '.join(rt.requirements)}) once for this machine "
+                           f"into {runtime_env.CACHE_ROOT} (about two minutes)")
+        with saying if not runtime_env.ready(rt) else contextlib.nullcontext():
+            env = runtime_env.ensure(rt, image.base_rootfs().resolve())
+        runtime_env.link_into(env, target)
 
     def observe(self, state: "ClusterState", env: dict[str, str], nodes: list[str]) -> Observation:
         """Containers, bridge and firewall table of the cluster, read from the host: one
