@@ -17,7 +17,7 @@ APT_PACKAGES := lxc debootstrap nftables iproute2 openssh-client openmpi-bin lib
 # The emulated VMs' tools (tests/vm): QEMU's system emulator without its GUI recommends.
 VM_PACKAGES := qemu-system-x86 qemu-utils genisoimage
 
-.PHONY: system-deps deps demo test fast unit integration cloud-tests cloud cloud-stop vm-deps vm-tests lint clean-demo
+.PHONY: system-deps deps demo test fast unit integration cloud-tests cloud cloud-stop vm-deps vm-tests lint clean-demo provider
 
 # The Debian packages first: the venv needs python3-venv, which a fresh Debian lacks.
 system-deps:
@@ -92,3 +92,10 @@ lint: deps
 
 clean-demo:
 	-$(SUDO) $(VENV)/bin/deployer down --yes
+
+# terraform-provider-openstack v3.4.0 built from the Go module proxy (pinned, checked against
+# the checksum database and its go.sum) into a Terraform filesystem mirror, once per machine:
+# /var/cache/deployer/terraform-plugins, or DEPLOYER_TF_PLUGIN_MIRROR=DIR. What a site without
+# the Terraform registry names as terraform.plugin_mirror (docs/openstack.md). Needs Go >= 1.21.
+provider:
+	bash scripts/build_provider.sh

