@@ -96,6 +96,11 @@ def up(
     no_check: Annotated[
         bool, typer.Option("--no-check", help="skip the quick `deployer check` that ends every up")
     ] = False,
+    no_setup: Annotated[
+        bool,
+        typer.Option("--no-setup", help="provision only (Terraform, then ssh_config and inventory): no boot wait, no "
+                                        "Ansible, no check; a later `deployer up` sets the cluster up"),
+    ] = False,
     replace_failed: Annotated[
         bool,
         typer.Option("--replace-failed", help="recreate the nodes the last `deployer check` failed (the master only with "
@@ -103,7 +108,8 @@ def up(
     ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Provision and configure the cluster (idempotent: re-run to converge or resume)."""
+    """Provision and configure the cluster (idempotent: re-run to converge or resume); with
+    --no-setup, provision only."""
     from . import lifecycle
     from .spec import build_spec
     from .state import ClusterState
@@ -113,8 +119,13 @@ def up(
     lifecycle.confirm_destructive(spec, state, yes)
     if no_check and replace_failed:
         raise UsageError("--replace-failed checks the replaced nodes again: drop --no-check")
+    if no_setup and replace_failed:
+        raise UsageError("--replace-failed checks the replaced nodes again: drop --no-setup")
+    if no_setup and reconfigure:
+        raise UsageError("--reconfigure runs Ansible, which --no-setup skips: drop one of them")
     result = lifecycle.up(spec, state, reconfigure=reconfigure, replace=replace or [], ttl_given=ttl is not None,
-                          check_level=None if no_check else "quick", replace_failed=replace_failed)
+                          check_level=None if no_check or no_setup else "quick", replace_failed=replace_failed,
+                          setup=not no_setup)
     if json_out:
         ui.print_json(result)
 

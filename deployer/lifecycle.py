@@ -2,6 +2,9 @@
 
 spec -> provider.preflight -> user-data + host keys -> terraform (cluster output)
      -> known_hosts + ssh_config + inventory -> wait for boot -> ansible -> smoke check
+
+`up --no-setup` stops after the inventory: provisioned and recorded, not set up; a later
+plain `up` does the rest (the nodes count as not configured until it has).
 """
 
 from __future__ import annotations
@@ -102,7 +105,13 @@ def _set_lifetime(spec: ClusterSpec, state: ClusterState, ttl_given: bool) -> Li
 
 
 def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replace: list[str] | None = None,
-       ttl_given: bool = False, check_level: str | None = "quick", replace_failed: bool = False) -> dict[str, Any]:
+       ttl_given: bool = False, check_level: str | None = "quick", replace_failed: bool = False,
+       setup: bool = True) -> dict[str, Any]:
+    """Provision (Terraform) and, unless `setup` is False (--no-setup), wait for boot,
+    configure (Ansible) and check at `check_level` (None: no check)."""
+    if not setup and (reconfigure or replace_failed):
+        # The CLI says which flag; this is the same rule for any other caller.
+        raise UsageError("--no-setup runs no Ansible and no check: drop --reconfigure and --replace-failed")
     provider = get_provider(spec.provider)
     times = timings.Stages()
     with times.stage("preflight"):
@@ -159,6 +168,9 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         ui.ok(f"terraform: {changes.get('add', 0)} added, {changes.get('change', 0)} changed, {changes.get('remove', 0)} destroyed")
 
         inv = inventory.write(cluster, spec, state)
+        if not setup:
+            return _provisioned_only(spec, state, cluster, inv, times, run_dir, tf_changed, started,
+                                     sorted(set(recreate) | set(replace_nodes)))
         fingerprint = _fingerprint(inv, spec, state)
         plan = drift.configure_plan(cluster, state.configured(), fingerprint, reconfigure=reconfigure)
         ansible_changed = 0
@@ -210,8 +222,29 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         return {
             "name": spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run_dir),
             "started": started, "recreated": sorted(set(recreate) | set(replace_nodes)), "configured": plan.why,
-            "timings": took,
+            "setup": True, "timings": took,
         }
+
+
+def _provisioned_only(spec: ClusterSpec, state: ClusterState, cluster: Cluster, inv: Path, times: timings.Stages, run_dir: Path,
+                      tf_changed: int, started: list[str], recreated: list[str]) -> dict[str, Any]:
+    """The end of `up --no-setup`: what Terraform made is recorded (cluster.json,
+    known_hosts, ssh_config, inventory); no boot wait, no Ansible, no check. The record of
+    the last configuration is left as it is: the nodes it does not name, or names with
+    another machine, are configured by the next plain `up`."""
+    converged = tf_changed == 0 and not started
+    took = times.write(run_dir)
+    plan = drift.configure_plan(cluster, state.configured(), _fingerprint(inv, spec, state))
+    pending = f"; {plan.describe()} still to configure" if plan.why else ""
+    ui.ok(("no changes: the machines already matched the spec" if converged else "cluster is provisioned")
+          + f" ({took['total_s']:.0f}s), not set up (--no-setup){pending}. Next: `deployer up` sets it up; "
+          f"`deployer status`, `deployer ssh-config` show what was made")
+    ui.info(timings.summary("up", len(cluster.nodes), took))
+    return {
+        "name": spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run_dir),
+        "started": started, "recreated": recreated, "configured": {}, "setup": False,
+        "to_configure": plan.why, "timings": took,
+    }
 
 
 def _only(cluster: Cluster, names: list[str]) -> Cluster:
