@@ -347,6 +347,10 @@ def down(state: ClusterState, *, only_if_expired: bool = False) -> bool:
 
             eng.destroy(on_event)
         try:
+            # What Terraform no longer records but the cluster's id marks as its own (a node
+            # whose creation failed: Terraform runs no destroy provisioner for it).
+            for what in provider.remove_leftovers(state, env):
+                ui.info(f"  removed {what}, left by a creation that failed")
             remaining = provider.observe(state, env, []).remaining()
         except DeployerError as e:
             raise OperationFailed(

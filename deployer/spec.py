@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .config_file import CONFIG_FILE, read_config  # noqa: F401  (re-exported)
 from .errors import UsageError
@@ -96,7 +96,8 @@ class OpenStackSpec(_Strict):
     )
     auto_teardown: bool = Field(
         default=False, description="the master deletes the cluster's servers at its expiry (needs ttl), with an application credential "
-        "limited to listing and deleting servers; for when this machine is off"
+        "limited to reading and deleting the cluster's servers, each named by its id (it cannot list servers); "
+        "for when this machine is off"
     )
     admin_cidr: ipaddress.IPv4Network | None = Field(
         default=None, description="who may SSH to the master; default: this machine's public address (/32), when it has one"
@@ -140,6 +141,28 @@ class TerraformSpec(_Strict):
         return None if v is None else str(Path(v).expanduser().absolute())
 
 
+# Top-level directories a node's operating system needs (and, on a cloud, /home with the
+# users' authorized_keys): the shared dir mounted on one of them, or under it, hides what is
+# there. The local nodes did not answer SSH (/etc), the driver failed (/usr), the cloud's
+# NFS mount hid every authorized_keys (/home).
+SYSTEM_DIRS = frozenset({"bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "lost+found", "opt",
+                         "proc", "root", "run", "sbin", "snap", "sys", "tmp", "usr", "var"})
+SHARED_DIR_FIX = "use a directory of its own outside the system's, e.g. /shared or /data/shared"
+
+
+def shared_dir_problem(path: str) -> str | None:
+    """Why `path` cannot be the shared dir (one clause, with the fix), or None."""
+    parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        return f"{path} has a '.' or '..' part (it could name a system directory): {SHARED_DIR_FIX}"
+    if not parts:
+        return f"{path} is the node's root: {SHARED_DIR_FIX}"
+    if parts[0] in SYSTEM_DIRS:
+        where = "is a directory" if len(parts) == 1 else f"is under /{parts[0]}, a directory"
+        return f"{path} {where} the node's system needs (the shared dir mounted there hides what it holds): {SHARED_DIR_FIX}"
+    return None
+
+
 class ClusterSpec(_Strict):
     name: str = Field(default=DEFAULT_NAME, pattern=NAME_PATTERN)
     provider: Literal["local", "openstack"] = "local"
@@ -169,6 +192,15 @@ class ClusterSpec(_Strict):
             return int(v)
         if isinstance(v, float) and not v.is_integer():
             raise ValueError("must be a whole number")
+        return v
+
+    @field_validator("shared_dir")
+    @classmethod
+    def _own_directory(cls, v: str, info: ValidationInfo) -> str:
+        # A recorded spec (state.py) is read as it was made: `down` must reach such a cluster.
+        problem = None if (info.context or {}).get("recorded") else shared_dir_problem(v)
+        if problem:
+            raise ValueError(problem)
         return v
 
     @field_validator("ttl", mode="before")
@@ -233,6 +265,10 @@ def _format_error(err: ValidationError, source: str) -> str:
     elif first["type"] == "string_type" and isinstance(first.get("input"), bool):
         word = "true" if first["input"] else "false"
         msg = f"YAML reads this unquoted word as {word} (yes/no/on/off are booleans); quote it, e.g. {loc}: \"off\""
+    elif first["type"] == "string_pattern_mismatch" and loc == "shared_dir":
+        given = str(first["input"])
+        msg = (shared_dir_problem(given) if given and set(given) == {"/"} else None) or (
+            f"{given!r} is not an absolute path of letters, digits, '_', '.', '-' and '/': {SHARED_DIR_FIX}")
     elif first["type"] == "string_pattern_mismatch" and loc == "name":
         msg = "use 1-20 lowercase letters, digits or '-', starting with a letter (e.g. demo)"
     if first["type"] in ("greater_than_equal", "less_than_equal"):
@@ -271,7 +307,7 @@ name: demo            # 1-20 chars [a-z0-9-]; prefixes every node name
 provider: local       # local (LXC containers on this machine) | openstack
 nodes: 3              # every node, the master included
 # ssh_user: deployer  # default: deployer (local), ubuntu (openstack)
-shared_dir: /shared   # NFS on OpenStack, a host bind mount locally
+shared_dir: /shared   # NFS on OpenStack, a host bind mount locally; a directory of its own (not /home, /etc, /usr...)
 
 monitoring:
   enabled: true       # or `monitoring: false` to deploy none of it

@@ -135,7 +135,7 @@ class ClusterState:
         from .spec import ClusterSpec
 
         try:
-            return ClusterSpec.model_validate(data["spec"])
+            return ClusterSpec.model_validate(data["spec"], context={"recorded": True})
         except (KeyError, ValidationError) as e:
             raise RecordError(f"{self.spec_file} is damaged ({str(e).splitlines()[0]}): delete it and run `deployer up` "
                               f"again") from None

@@ -98,6 +98,11 @@ class Provider(Protocol):
         cores; OpenStack: the teardown credential naming the servers); returns a line for
         the user, or None."""
 
+    def remove_leftovers(self, state: "ClusterState", env: dict[str, str]) -> list[str]:
+        """After Terraform's destroy, before `down` checks that nothing is left: remove what
+        the provider made for this cluster (its id says so) that Terraform's destroy did
+        not (local: a node whose creation failed); what was removed, for the user."""
+
     def forget(self, state: "ClusterState", env: dict[str, str]) -> None:
         """After a destroy that left nothing: revoke what the provider made outside
         Terraform for the cluster (OpenStack: the teardown credential)."""

@@ -109,3 +109,22 @@ def test_the_inventory_names_the_teardown_script_the_role_copies(tmp_path):
     assert got["deployer_teardown_script"] == teardown.__file__ and got["deployer_teardown_server_id"] == "m"
     off = LocalProvider().inventory_vars(build_spec(None), ClusterState(tmp_path, "t"), cluster)
     assert set(off) == set(got) and off["deployer_teardown_script"] is None
+
+
+def test_nothing_says_the_teardown_credential_may_list_servers():
+    """Its access rules name each server by id: it cannot list (issue 44, item 11). The
+    spec's description (`deployer init`'s reference), the role that installs it, the file
+    it leaves on the master and the docs say what it may do."""
+    import re
+    from pathlib import Path
+
+    from deployer.spec import OpenStackSpec
+
+    root = Path(__file__).resolve().parents[2]
+    claims = re.compile(r"(may|can|only|to)\s+(only\s+)?list(ing)?\s+(and|or)\s+delet|listing and deleting|lists? and deletes?", re.I)
+    texts = {"spec openstack.auto_teardown": OpenStackSpec.model_fields["auto_teardown"].description or ""}
+    for f in [*(root / "docs").glob("*.md"), root / "README.md", *(root / "ansible/roles/teardown_timer").rglob("*")]:
+        if f.is_file():
+            texts[str(f.relative_to(root))] = f.read_text()
+    wrong = {where: m.group(0) for where, text in texts.items() if (m := claims.search(" ".join(text.split())))}
+    assert wrong == {}

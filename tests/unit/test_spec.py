@@ -166,3 +166,53 @@ def test_a_bare_rerun_starts_from_the_recorded_spec(tmp_path, monkeypatch):
     assert cli._recorded_spec("other", tmp_path / ".deployer", None) is None  # a new cluster: defaults
     (tmp_path / "cluster.yaml").write_text("name: lab\nnodes: 2\n")
     assert cli._recorded_spec(None, tmp_path / ".deployer", None) is None  # the file is the source then
+
+
+# -- shared_dir: a directory of its own, never one the node's system needs (issue 44, item 7)
+@pytest.mark.parametrize("shared_dir", [
+    "/etc", "/shared/../etc", "/usr", "/usr/local", "/home", "/home/deployer", "/", "//", "/proc", "/var", "/var/lib",
+    "/boot", "/root", "/bin", "/sbin", "/lib", "/lib64", "/dev", "/sys", "/run", "/tmp", "/opt", "/snap", "/./etc",
+    "/shared/.", "//etc",
+])
+def test_a_system_path_as_shared_dir_is_one_line_naming_the_fix(shared_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cluster.yaml").write_text(f"shared_dir: {shared_dir}\n")
+    with pytest.raises(UsageError) as e:
+        build_spec(tmp_path / "cluster.yaml")
+    msg = str(e.value)
+    assert "\n" not in msg and e.value.exit_code == 2
+    assert "shared_dir" in msg and "e.g. /shared" in msg, msg
+
+
+@pytest.mark.parametrize("shared_dir", ["/shared", "/data", "/data/shared", "/srv/lab", "/mnt/nfs", "/scratch/x", "/home2"])
+def test_a_directory_of_its_own_is_a_shared_dir(shared_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cluster.yaml").write_text(f"shared_dir: {shared_dir}\n")
+    assert build_spec(tmp_path / "cluster.yaml").shared_dir == shared_dir
+
+
+def test_up_with_a_system_shared_dir_exits_2_and_makes_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "cluster.yaml").write_text("shared_dir: /etc\n")
+    # No lxc or terraform on PATH: should the spec pass, the preflight refuses before it makes
+    # anything on this machine (the test runs as root).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEPLOYER_")} | {"PATH": str(tmp_path / "no-tools")}
+    p = subprocess.run([sys.executable, "-m", "deployer", "up", "--config", "cluster.yaml", "--name", "zzspec"], cwd=tmp_path,
+                       text=True, capture_output=True, timeout=60, env=env)
+    assert p.returncode == 2, p.stderr
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "shared_dir" in lines[0], p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["cluster.yaml"]
+
+
+def test_a_recorded_spec_with_a_system_shared_dir_still_reads(tmp_path):
+    # A cluster made before the rule must stay reachable by `down` and `status`.
+    from deployer.state import ClusterState
+
+    st = ClusterState(tmp_path, "old")
+    st.write_spec(ClusterSpec(name="old", shared_dir="/data"))
+    st.spec_file.write_text(st.spec_file.read_text().replace('"/data"', '"/home"'))
+    assert st.spec().shared_dir == "/home"

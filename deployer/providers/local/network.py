@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .host import DriverError, log, sh
+from .host import DriverError, file_lock, log, sh
 
 TABLE_PREFIX = "deployer_"
 
@@ -36,15 +36,25 @@ def network_up(a: NetworkUp) -> None:
     if gateway.split("/")[0] + "/" not in have:
         sh("ip", "addr", "add", gateway, "dev", bridge)
     sh("ip", "link", "set", bridge, "up")
-    forwarding_on()
+    # One host-wide lock with every other cluster's network-up and network-down: another
+    # cluster's `down` must not see no deployer table and switch forwarding off between
+    # this check and this table's load.
+    with file_lock(NETWORK_LOCK):
+        forwarding_on()
+        # Replaced whole on every run (a re-run converges and never duplicates rules), in
+        # one transaction: never a moment without the drop and reject rules.
+        proc = subprocess.run(["nft", "-f", "-"], input=transaction(cluster, bridge, subnet, a.only_master),
+                              text=True, capture_output=True)
+        if proc.returncode != 0:
+            raise DriverError(f"[lxc] nft failed: {proc.stderr.strip()}")
+    log(f"network {bridge} {gateway} with NAT table {nft_table(cluster)}")
+
+
+def transaction(cluster: str, bridge: str, subnet: str, only_master: str | None = None) -> str:
+    """The `nft -f` text that replaces the cluster's table atomically: declared (so the
+    delete succeeds on a first run), deleted and defined anew in one transaction."""
     table = nft_table(cluster)
-    # Recreated whole on every run, so a re-run converges and never duplicates rules.
-    rules = ruleset(cluster, bridge, subnet, a.only_master)
-    sh("nft", "delete", "table", "ip", table, check=False, quiet=True)
-    proc = subprocess.run(["nft", "-f", "-"], input=rules, text=True, capture_output=True)
-    if proc.returncode != 0:
-        raise DriverError(f"[lxc] nft failed: {proc.stderr.strip()}")
-    log(f"network {bridge} {gateway} with NAT table {table}")
+    return f"table ip {table}\ndelete table ip {table}\n" + ruleset(cluster, bridge, subnet, only_master)
 
 
 def ruleset(cluster: str, bridge: str, subnet: str, only_master: str | None = None) -> str:
@@ -86,9 +96,10 @@ def _isolation(bridge: str, only_master: str | None) -> str:
 
 
 def network_down(cluster: str, bridge: str) -> None:
-    sh("nft", "delete", "table", "ip", nft_table(cluster), check=False, quiet=True)
-    sh("ip", "link", "del", bridge, check=False, quiet=True)
-    forwarding_restored()
+    with file_lock(NETWORK_LOCK):  # with network_up's check and load (above)
+        sh("nft", "delete", "table", "ip", nft_table(cluster), check=False, quiet=True)
+        sh("ip", "link", "del", bridge, check=False, quiet=True)
+        forwarding_restored()
     log(f"network {bridge} removed")
 
 
@@ -97,6 +108,7 @@ def network_down(cluster: str, bridge: str) -> None:
 # last cluster's `down`; left alone when it was on before (a router, Docker, a VM host).
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 FORWARD_MARK = Path("/var/lib/deployer/ip_forward-was-off")
+NETWORK_LOCK = Path("/var/lib/deployer/network.lock")  # held while a table and the switch change together
 
 
 def forwarding_on() -> None:

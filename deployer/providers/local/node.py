@@ -69,8 +69,17 @@ def _refuse_another_clusters(name: str, cluster_id: str | None, doing: str) -> N
 
 
 def node_state(name: str) -> str:
+    """RUNNING, STOPPED, ... or ABSENT, only when lxc-info says the container does not
+    exist. Any other failure is no answer (DriverError): read as "absent", it had the
+    node's directory (home dirs, Prometheus data, Slurm state) removed and made anew."""
     proc = sh("lxc-info", "-n", name, "-s", "-H", check=False, quiet=True)
-    return proc.stdout.strip() if proc.returncode == 0 else "ABSENT"
+    if proc.returncode == 0 and proc.stdout.strip():
+        return proc.stdout.strip()
+    if proc.returncode != 0 and f"{name} doesn't exist" in proc.stderr:
+        return "ABSENT"
+    raise DriverError(f"[lxc] cannot tell whether container {name} exists: `lxc-info -n {name}` failed "
+                      f"({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip() or 'no answer'}; "
+                      f"nothing was changed")
 
 
 def _memory_key() -> str:
@@ -178,6 +187,11 @@ def node_up(a: NodeUp) -> None:
     SSH with the pinned key and for cloud-init before it configures anything."""
     address = ipaddress.IPv4Interface(a.ip)
     Path(a.shared.split(":", 1)[0]).mkdir(parents=True, exist_ok=True)
+    if _left_by_a_failed_creation(a):
+        # Terraform makes this node anew (its id is new), and runs no destroy provisioner
+        # for the tainted resource of the creation that failed: that container is no node.
+        log(f"{a.name}: the container of an earlier, failed creation is in the way; made anew")
+        node_down(a.name, a.cluster_id)
     if node_state(a.name) == "ABSENT":
         # New, or left half-made by an interrupted run: (re)build it whole.
         node_create(a.name, a.ip, a.gateway, a.bridge, a.shared, a.memory_mb, Path(a.user_data), a.instance_id, a.cluster_id)
@@ -186,6 +200,17 @@ def node_up(a: NodeUp) -> None:
         # A stopped node keeps what cloud-init and Ansible made of it; only start it again.
         sh("lxc-start", "-n", a.name, "-d", "-l", "WARN", "-o", str(LXC_PATH / a.name / "lxc.log"))
     log(f"{a.name} started at {address.ip}")
+
+
+def _left_by_a_failed_creation(a: NodeUp) -> bool:
+    """The container is this cluster's but was seeded with another instance id than the
+    one Terraform creates the node with now: what a creation that failed left (Terraform
+    gives a node a new id only when it makes it). Without either id, or seeded with the
+    driver's own (`iid-<name>-…`: made before Terraform's ids were seeded), it is kept."""
+    if not a.instance_id or not a.cluster_id or cluster_id_of(a.name) != a.cluster_id:
+        return False
+    seeded = instance_id(a.name)
+    return seeded is not None and not seeded.startswith("iid-") and seeded != a.instance_id
 
 
 def node_create(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, user_data: Path,

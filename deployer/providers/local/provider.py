@@ -51,31 +51,53 @@ def _claim_file(name: str) -> Path:
 
 def claim_holder(name: str) -> Path | None:
     try:
-        return Path(_claim_file(name).read_text().strip())
+        return Path(_claim_file(name).read_text().splitlines()[0].strip())
+    except (OSError, IndexError):
+        return None
+
+
+def _process_mark(pid: int) -> str | None:
+    """The process's id and start time (so a reused pid is not it), or None: no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
+    return f"{pid} {stat.rsplit(')', 1)[1].split()[19]}"  # field 22, counted after the command's name
+
+
+def _claimer_running(name: str) -> bool:
+    """Whether the process that took the claim still runs (a claim from before the mark: no)."""
+    try:
+        lines = _claim_file(name).read_text().splitlines()
+    except OSError:
+        return False
+    if len(lines) < 2 or not lines[1].split():
+        return False
+    return _process_mark(int(lines[1].split()[0])) == lines[1].strip()
 
 
 def claim_name(name: str, state_dir: Path) -> None:
     """Take the name for `state_dir`, or refuse (exit 2) when another state dir holds it and
-    still records a cluster. Created exclusively, so two first `up`s of one name cannot
-    both pass; a holder that records nothing any more (its cluster went down, or its
-    preflight refused) gives the name up."""
+    still records a cluster, or has just claimed it (the process that did still runs: its
+    first record is not written yet). Decided and written under one lock, so two first
+    `up`s of one name cannot both pass, over a stale claim neither; a holder that records
+    nothing and whose claimer is gone (its cluster went down, or its preflight refused)
+    gives the name up. The claim holds the state dir, then the claiming process."""
+    from .host import file_lock
+
     mine = state_dir.resolve()
     CLAIMS_DIR.mkdir(parents=True, exist_ok=True)
     path = _claim_file(name)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
+    with file_lock(CLAIMS_DIR / ".lock"):
         holder = claim_holder(name)
-        if holder and holder != mine and _records_a_cluster(holder):
+        if holder and holder != mine and (_records_a_cluster(holder) or _claimer_running(name)):
             raise PreflightError(
                 f"cluster name {name!r} is in use on this machine by the state dir {holder}: pick another --name "
-                f"(or run `deployer down --name {name}` where that state dir is)") from None
-        path.write_text(f"{mine}\n")
-        return
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{mine}\n")
+                f"(or run `deployer down --name {name}` where that state dir is)")
+        fresh = path.with_name(f".{name}.{os.getpid()}")
+        fresh.write_text(f"{mine}\n{_process_mark(os.getpid())}\n")
+        fresh.chmod(0o644)
+        os.replace(fresh, path)
 
 
 def _records_a_cluster(state_dir: Path) -> bool:
@@ -85,8 +107,12 @@ def _records_a_cluster(state_dir: Path) -> bool:
 
 
 def release_name(name: str, state_dir: Path) -> None:
-    if claim_holder(name) == state_dir.resolve():
-        _claim_file(name).unlink(missing_ok=True)
+    from .host import file_lock
+
+    CLAIMS_DIR.mkdir(parents=True, exist_ok=True)
+    with file_lock(CLAIMS_DIR / ".lock"):
+        if claim_holder(name) == state_dir.resolve():
+            _claim_file(name).unlink(missing_ok=True)
 
 
 def bridge_name(cluster: str) -> str:
@@ -306,6 +332,30 @@ class LocalProvider:
             # The driver runs with this interpreter and this package, wherever it is installed.
             "driver": [sys.executable, "-m", "deployer.providers.local.lxc"],
         }
+
+    def remove_leftovers(self, state: "ClusterState", env: dict[str, str]) -> list[str]:
+        """After Terraform's destroy: the containers that still carry this cluster's id. A
+        node whose creation failed (made, then `lxc-start` aborted) is a tainted resource,
+        and Terraform runs no destroy provisioner for one; the deployer made it for this
+        cluster all the same. The bridge and the table of a network whose creation failed
+        too, when this state dir holds the cluster's name (nothing else may make them).
+        Returns what was removed."""
+        from . import network, node
+
+        cluster_id = state.cluster_id
+        if cluster_id is None:
+            return []
+        removed = []
+        for name in sorted(node.containers(state.name)):
+            if node.cluster_id_of(name) == cluster_id:
+                node.node_down(name, cluster_id)
+                removed.append(f"node {name}")
+        if claim_holder(state.name) == state.dir.resolve():
+            bridge = Path("/sys/class/net", bridge_name(state.name)).exists()
+            if bridge or network.nft_table_exists(state.name):
+                network.network_down(state.name, bridge_name(state.name))
+                removed.append(f"network {bridge_name(state.name)}")
+        return removed
 
     def forget(self, state: "ClusterState", env: dict[str, str]) -> None:
         """Nothing outside Terraform to revoke locally; the name is free again."""

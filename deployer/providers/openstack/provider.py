@@ -114,6 +114,10 @@ class OpenStackProvider:
         """Nothing before Terraform: the teardown credential names the servers, so it is
         made after them (place)."""
 
+    def remove_leftovers(self, state: ClusterState, env: dict[str, str]) -> list[str]:
+        """Nothing outside Terraform's destroy: `observe` then says what is left."""
+        return []
+
     def forget(self, state: ClusterState, env: dict[str, str]) -> None:
         record = read_teardown_credential(state)
         if not record:
