@@ -96,28 +96,58 @@ class WholeLines:
         return getattr(self._out, name)
 
 
+def beating_from_import(argv: list[str]) -> None:
+    """MPI initialised, then the heartbeat started (given --heartbeat S in `argv`), before a
+    script imports torch: seconds, over ten on a busy node with PyPI's CUDA build.
+
+    Why this order: MPI_Init waits for every rank and holds the GIL while it waits, so a
+    rank blocked there cannot beat. Had torch come first, a rank stopped in its imports
+    would leave every other rank silent in MPI_Init, and the watch would name the lowest
+    of them, on another node. Initialised first, MPI_Init waits only for the others'
+    interpreters to start; a rank that stops later in its imports falls silent alone while
+    the others beat in their first collective (mpi4py releases the GIL there)."""
+    from mpi4py import MPI
+
+    every_s = 0.0
+    for i, arg in enumerate(argv):
+        if arg == "--heartbeat" and i + 1 < len(argv):
+            every_s = float(argv[i + 1])
+        elif arg.startswith("--heartbeat="):
+            every_s = float(arg.split("=", 1)[1])
+    if every_s:
+        Heartbeat.started(MPI.COMM_WORLD.rank, every_s, step="import")
+
+
+_PROCESS_BEAT: "Heartbeat | None" = None  # the process's own, started once (Heartbeat.started)
+
+
 class Heartbeat:
     """`HEARTBEAT {"rank": r, "step": s}` every `every_s` seconds from a thread of its own,
     with the step the rank's main thread last set. A rank blocked in a collective keeps
     beating (its thread runs); a stopped or frozen process does not: the rank that falls
     silent is the one that hangs (deployer/bench/rank_watch.py names it)."""
 
-    def __init__(self, rank: int, every_s: float = 1.0):
+    def __init__(self, rank: int, every_s: float = 1.0, step: str = "start"):
         import threading
 
-        self.rank, self.step, self.every_s = rank, "start", every_s
+        self.rank, self.step, self.every_s = rank, step, every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, daemon=True)
 
     @classmethod
-    def started(cls, rank: int, every_s: float) -> "Heartbeat":
-        """Beating until the process ends (every_s 0: never beats; `step` may still be set)."""
+    def started(cls, rank: int, every_s: float, step: str = "start") -> "Heartbeat":
+        """Beating until the process ends (every_s 0: never beats; `step` may still be set).
+        The one beating_from_import started is the process's: it goes on, not a second."""
         import atexit
 
-        beat = cls(rank, every_s or 1.0)
+        global _PROCESS_BEAT
+        if _PROCESS_BEAT is not None and _PROCESS_BEAT.rank == rank and _PROCESS_BEAT._thread.is_alive():
+            return _PROCESS_BEAT
+        beat = cls(rank, every_s or 1.0, step)
         if every_s:
             atexit.register(beat.__exit__)  # stopped before the interpreter's last flush of stdout
             beat.__enter__()
+            _PROCESS_BEAT = beat
         return beat
 
     def __enter__(self) -> "Heartbeat":

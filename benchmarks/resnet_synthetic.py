@@ -26,13 +26,16 @@ import time
 import timeit
 from typing import Any, NamedTuple
 
-import numpy as np
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from bench_common import Heartbeat, mpi_library, nccl_version_text, quiet_barrier, rendezvous
-from mpi4py import MPI
-from torch import nn, optim
+from bench_common import Heartbeat, beating_from_import, mpi_library, nccl_version_text, quiet_barrier, rendezvous
+
+beating_from_import(sys.argv[1:])  # MPI and the heartbeat before torch's imports: bench_common says why
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+from torch import nn, optim  # noqa: E402
 
 try:  # torchvision when it imports; a torchvision build that mismatches torch raises
     from torchvision import models as tv_models

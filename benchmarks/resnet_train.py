@@ -27,14 +27,25 @@ import os
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from bench_common import Heartbeat, rendezvous
-from data_loading import MIN_SIZE, ExactDistributedSampler, MergedBatchSampler, WithBytes, batch_count, load_manifest, open_split
-from resnet_synthetic import MODELS, build_model, place_rank, versions
-from torch import nn, optim
-from torch.utils.data import DataLoader
+from bench_common import Heartbeat, beating_from_import, rendezvous
+
+beating_from_import(sys.argv[1:])  # MPI and the heartbeat before torch's imports: bench_common says why
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from data_loading import (  # noqa: E402
+    MIN_SIZE,
+    ExactDistributedSampler,
+    MergedBatchSampler,
+    WithBytes,
+    batch_count,
+    load_manifest,
+    open_split,
+)
+from resnet_synthetic import MODELS, build_model, place_rank, versions  # noqa: E402
+from torch import nn, optim  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 
 CHECKPOINT = "checkpoint.pt"
 

@@ -75,9 +75,9 @@ def run_watched(runner: Runner, cluster: Cluster, cmd: str, rank_nodes: Sequence
         while not done.wait(0.5):
             now = time.monotonic()
             with lock:
-                quiet = [(r, s) for r, (t, s) in last.items() if now - t > quiet_s]
+                quiet = [(t, r, s) for r, (t, s) in last.items() if now - t > quiet_s]
             if quiet:
-                rank, step = min(quiet)
+                _, rank, step = min(quiet)  # silent the longest (a rank waiting for it falls silent later)
                 node = rank_nodes[rank].name if rank < len(rank_nodes) else "?"
                 silent.append(Silent(rank, node, step, quiet_s))
                 runner.run(cleanup_cmd(cluster, "KILL"), timeout=60)  # mpirun and every rank, on every node

@@ -363,3 +363,52 @@ def test_a_bench_rank_that_stops_is_named_and_the_run_stopped(fake_cluster, tmp_
     assert "HEARTBEAT" not in e.value.log.read_text(), "the heartbeats stay out of the run's log"
     left = subprocess.run(["pgrep", "-f", f"{cl.shared_dir}/benchmarks/"], capture_output=True, text=True, check=False)
     assert left.stdout.strip() == "", "benchmark processes survived the stop"
+
+
+def test_a_rank_stopped_in_its_torch_import_is_the_one_named(monkeypatch):
+    """A rank SIGSTOPped while it imports torch (seconds with PyPI's CUDA build) is named,
+    not the rank that waits for it: MPI_Init holds the GIL while it waits for every rank, so
+    resnet_synthetic.py initialises MPI and starts beating before it imports torch
+    (bench_common.beating_from_import); the others beat on in their first collective."""
+    import signal
+    import threading
+    import time
+
+    from deployer.bench import rank_watch
+    from deployer.remote import stream
+    from tests.clusters import typed
+
+    cluster = typed({"name": "c", "shared_dir": str(BENCH.parent), "nodes": [{"name": "c-master"}, {"name": "c-worker-1"}]})
+    cmd = ["mpirun", "--tag-output", "-np", "2", "--bind-to", "none", sys.executable, str(BENCH / "resnet_synthetic.py"),
+           "--model", "resnet18", "--image-size", "32", "--batch-size", "2", "--num-iters", "1", "--heartbeat", "0.2"]
+    stopped: list[int] = []
+
+    def stop_rank_1_in_its_torch_import() -> None:
+        deadline = time.monotonic() + 60
+        while not stopped and time.monotonic() < deadline:
+            for pid in subprocess.run(["pgrep", "-f", "benchmarks/resnet_synthetic.py"], capture_output=True,
+                                      text=True).stdout.split():
+                try:
+                    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                    maps = Path(f"/proc/{pid}/maps").read_text()
+                except OSError:
+                    continue
+                if b"OMPI_COMM_WORLD_RANK=1" in env and "libtorch" in maps:  # torch's import has begun
+                    os.kill(int(pid), signal.SIGSTOP)
+                    stopped.append(int(pid))
+                    return
+            time.sleep(0.01)
+
+    class Runner:  # the master's shell, here
+        def run(self, command, *, timeout, on_line=None):
+            if "pkill" in command:  # the watch's stop, run on this machine
+                subprocess.run(["pkill", "-KILL", "-f", f"[{str(BENCH)[0]}]{str(BENCH)[1:]}/resnet_synthetic.py"])
+                return 0, "", ""
+            return stream(command, timeout=timeout, on_line=on_line, env=mpi_env())
+
+    threading.Thread(target=stop_rank_1_in_its_torch_import, daemon=True).start()
+    monkeypatch.setattr(rank_watch, "STARTUP_GRACE_S", 0)
+    rc, out, err, silent = rank_watch.run_watched(Runner(), cluster, cmd, cluster.nodes, quiet_s=3, timeout=120)
+    assert stopped, "rank 1 was never seen importing torch"
+    assert silent is not None and (silent.rank, silent.node, silent.step) == (1, "c-worker-1", "import"), (silent, err[-2000:])
+    assert subprocess.run(["pgrep", "-f", "benchmarks/resnet_synthetic.py"], capture_output=True).returncode == 1
