@@ -49,8 +49,9 @@ demo: deps
 	$(SUDO) $(VENV)/bin/deployer status
 
 # tests/cloud starts its own OpenStack (tests/cloud/testcloud.py) for the run, or uses the
-# one `make cloud` left running.
-test: deps
+# one `make cloud` left running, and applies terraform/openstack to it with the provider
+# `make provider` builds (once per machine).
+test: deps provider
 	$(SUDO) $(PY) -m pytest tests/unit tests/cloud tests/integration
 
 # No root, no cluster, only real parts that take seconds: ~80 s here (tests/conftest.py; README, "Tests").
@@ -63,7 +64,7 @@ unit: deps
 integration: deps
 	$(SUDO) $(PY) -m pytest tests/integration
 
-cloud-tests: deps
+cloud-tests: deps provider
 	$(SUDO) $(PY) -m pytest tests/cloud
 
 # The roles that need a kernel of their own (NFS on a volume found by serial, the driver's
@@ -78,7 +79,7 @@ vm-tests: vm-deps
 
 # A test cloud to use by hand (clouds.yaml path printed; OS_CLIENT_CONFIG_FILE=<it>
 # OS_CLOUD=testcloud openstack ...); the tests reuse it while it runs.
-cloud: deps
+cloud: deps provider
 	$(SUDO) $(PY) -m tests.cloud.testcloud start
 
 cloud-stop: deps

@@ -1,9 +1,11 @@
 """`deployer gc`: the clusters whose lifetime is over, and their removal.
 
 Two places say a cluster has expired: a state dir in the state root (lifetime.json), and
-on OpenStack the `deployer_expires_at` metadata `up` puts on every server, which is
-there even when this machine has no state of the cluster (a laptop lost, a colleague's
-cluster). Both are listed; `--yes` destroys what has state with the same `down` as
+on OpenStack the `deployer_expires_at` metadata `up` puts on every server and the volume,
+which is there even when this machine has no state of the cluster (a laptop lost, a
+colleague's cluster); there the cluster has expired only when every one of them says so
+(docs/openstack.md, "Expiry: which record decides"), and `down` for a state dir asks the
+cloud too before destroying. Both are listed; `--yes` destroys what has state with the same `down` as
 always (Terraform, then the proof that nothing is left), and what only the cloud knows
 by its metadata and tag (the provider's delete_from_cloud), with the same proof. A cluster
 is one cluster by its id (state.py: cluster_id), not its name: two of the same name (two

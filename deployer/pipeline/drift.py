@@ -79,7 +79,8 @@ def configured_record(fingerprint: str, cluster: Cluster, only: list[str] | None
 
 
 def node_states(cluster: Cluster, seen: Observation, record: Configured | None, reachable: dict[str, bool]) -> dict[str, str]:
-    """What `status` says of each node: ok · stopped · missing · replaced (needs configure) · unreachable."""
+    """What `status` says of each node: ok · stopped · missing · replaced (needs configure) ·
+    new (needs configure) · unreachable."""
     done = record.nodes if record else {}
     states = {}
     for node in cluster.nodes:
@@ -91,7 +92,7 @@ def node_states(cluster: Cluster, seen: Observation, record: Configured | None, 
             states[name] = "stopped"
         elif record and name in done and done[name] != node.id:
             states[name] = "replaced (needs configure)"
-        elif record and name not in done:
+        elif not record or name not in done:  # never configured: new, or made by `up --no-setup`
             states[name] = "new (needs configure)"
         elif not reachable.get(name):
             states[name] = "unreachable"

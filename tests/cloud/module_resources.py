@@ -1,10 +1,14 @@
 """A cluster's resources made the way terraform/openstack makes them, with openstacksdk.
 
-No Terraform OpenStack provider binary can be had here (no registry), so the tests make
-the module's resources themselves: the same names, id, metadata and tags (main.tf's
-local.tags, set after creation as the provider does: Neutron takes no tags in a POST),
-the same order. What the module declares is checked against the provider's schema in
-tests/unit/test_terraform_modules.py; keep the two in step.
+The module itself is applied by the real provider in test_module_apply.py (built by
+`make provider`). This stays for what the other tests need and Terraform would not make:
+resources without the cluster's id or with someone else's (look-alikes, a same-named
+cluster of another user), clusters made half-way or with servers in every Nova state,
+and 72 servers in seconds for the request counts of test_scale.py, all without a state
+dir. The same names, id, metadata and tags as the module (main.tf's local.tags, set after
+creation as the provider does: Neutron takes no tags in a POST), the same order; what the
+module declares is checked against the provider's schema in
+tests/unit/test_terraform_modules.py, and applied in test_module_apply.py: keep them in step.
 """
 
 from __future__ import annotations

@@ -82,20 +82,25 @@ def test_made_kept_renewed_and_revoked(os_env, own_project, tmp_path, cluster_na
     assert provider.place(_spec(cluster_name), st, cluster) is None  # nothing changed: the same credential
     assert read_teardown_credential(st)["id"] == first["id"] and len(_creds(own_project)) == 1
 
-    # `up --ttl` past the credential's life: a new one, then the old one revoked. The new
-    # one used to take the old one's name, and Keystone answered 409.
+    # `up --ttl` past the credential's life: a new one, and the old one revoked once the
+    # play has put the new one on the master (settle). The new one used to take the old
+    # one's name, and Keystone answered 409.
     st.write_lifetime(Lifetime(**{"ttl": "3d", "set_at": at(0), "expires_at": at(72)}))
     provider.place(_spec(cluster_name), st, cluster)
     second = read_teardown_credential(st)
-    assert second["id"] != first["id"] and set(_creds(own_project)) == {second["id"]}
+    assert second["id"] != first["id"] and set(_creds(own_project)) == {first["id"], second["id"]}
+    provider.settle(_spec(cluster_name), st)
+    assert set(_creds(own_project)) == {second["id"]}
 
     # Scale: another set of servers, another credential.
     cluster = dataclasses.replace(cluster, nodes=cluster.nodes[:1])
     provider.place(_spec(cluster_name), st, cluster)
+    provider.settle(_spec(cluster_name), st)
     third = read_teardown_credential(st)
     assert third["server_ids"] == [cluster.master.id] and set(_creds(own_project)) == {third["id"]}
 
-    provider.place(_spec(cluster_name, auto=False), st, cluster)  # switched off: revoked, forgotten
+    provider.place(_spec(cluster_name, auto=False), st, cluster)  # switched off: revoked once the timer is gone, forgotten
+    provider.settle(_spec(cluster_name, auto=False), st)
     assert _creds(own_project) == {} and read_teardown_credential(st) is None
     # ...and no access rule left behind in Keystone (it keeps a user's rules otherwise).
     assert list(own_project.identity.access_rules(own_project.current_user_id)) == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,12 @@ from deployer.cluster import Cluster as ClusterOutput
 NAME = "itest"
 SUBNET = "10.79.0.0/24"
 NODES = 3
+# Planted in the shared cluster's environment (every `up` of it, a node made anew included):
+# a credential in a pip option's URL, which the local driver carries from the host's pip
+# configuration to each node. `index` is `pip search`'s: no install ever contacts it.
+# tests/integration/test_node_secrets.py looks for it where an unprivileged user reads.
+PIP_MARKER = f"itest-pip-token-{secrets.token_hex(6)}"
+PLANTED_ENV = {"PIP_INDEX": f"https://itest:{PIP_MARKER}@pypi.invalid/pypi"}
 
 
 @dataclass
@@ -32,14 +39,16 @@ class Cluster:
     name: str = NAME
     up_log: str = ""
     bench: dict = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # added to every verb's environment
 
     def deployer(self, *args: str, timeout: float = 1800, input: str | None = None,
                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         # The workdir's cluster.yaml names the cluster, as a user's would.
+        extra = {**self.env, **(env or {})}
         return subprocess.run(
             [sys.executable, "-m", "deployer", *args],
             cwd=self.workdir, text=True, capture_output=True, timeout=timeout, input=input,
-            env={**os.environ, **env} if env else None,
+            env={**os.environ, **extra} if extra else None,
         )
 
     @property
@@ -61,13 +70,15 @@ def _why_not() -> str | None:
 
 
 @contextmanager
-def cluster_up(tmp_path_factory, name: str, spec: str, *up_args: str, workdir: str | None = None) -> Iterator[Cluster]:
+def cluster_up(tmp_path_factory, name: str, spec: str, *up_args: str, workdir: str | None = None,
+               env: dict[str, str] | None = None) -> Iterator[Cluster]:
     """A real local cluster from `spec` (cluster.yaml text), up for the block, down after it;
-    run from a new directory named `workdir` (default: the cluster's name)."""
+    run from a new directory named `workdir` (default: the cluster's name), every verb with
+    `env` added to its environment."""
     reason = _why_not()
     if reason:
         pytest.skip(reason)
-    c = Cluster(tmp_path_factory.mktemp(workdir or name), name=name)
+    c = Cluster(tmp_path_factory.mktemp(workdir or name), name=name, env=dict(env or {}))
     (c.workdir / "cluster.yaml").write_text(spec)
     p = c.deployer("up", *up_args, timeout=2400)
     c.up_log = p.stderr
@@ -90,7 +101,7 @@ def local_cluster(tmp_path_factory):
     # access: via_master — the host reaches the master only and workers through it, the
     # path every OpenStack cluster takes, so CI runs the cloud's first boot and hop.
     spec = f"name: {NAME}\nnodes: {NODES}\nlocal:\n  subnet: {SUBNET}\n  memory_mb: 2048\n  access: via_master\n"
-    with cluster_up(tmp_path_factory, NAME, spec) as c:
+    with cluster_up(tmp_path_factory, NAME, spec, env=PLANTED_ENV) as c:
         yield c
 
 

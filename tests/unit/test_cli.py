@@ -33,6 +33,8 @@ def run(*args, cwd, input=None):
         (["check", "--level", "deep"], "--level 'deep': use one of quick, standard, full"),
         (["up", "--replace-failed"], "--replace-failed: cluster 'demo' has no check yet: run `deployer check` first"),
         (["up", "--no-check", "--replace-failed"], "drop --no-check"),
+        (["up", "--no-setup", "--replace-failed"], "drop --no-setup"),
+        (["up", "--no-setup", "--reconfigure"], "--reconfigure runs Ansible, which --no-setup skips"),
         (["notebook"], "cluster 'demo' is not up"),
         # Checked on every verb, not only by `up`: these resolved outside the state root.
         (["down", "--yes", "--name", "../x"], "--name '../x' is not a cluster name"),
@@ -162,3 +164,152 @@ def test_results_shows_a_past_run_and_names_the_runs_there(tmp_path):
     assert "no benchmark run '1999'" in missing.stderr and "20261120-100000, 20261123-103645" in missing.stderr
     none = run("results", "--name", "other", cwd=tmp_path)
     assert none.returncode == 2 and "run `deployer bench` first" in none.stderr
+
+
+# ---- up --no-setup: provision and record, nothing on the nodes ------------------------------
+
+NO_SETUP_CLUSTER = {
+    "name": "lab", "provider": "openstack", "ssh_user": "ubuntu", "shared_dir": "/shared", "access": "via_master",
+    "cluster_cidr": "192.168.77.0/24", "shared_storage": "nfs",
+    "nodes": [
+        {"name": "lab-master", "role": "master", "private_ip": "192.168.77.10", "public_ip": "203.0.113.5", "id": "m1"},
+        {"name": "lab-worker-1", "role": "worker", "private_ip": "192.168.77.11", "public_ip": None, "id": "w1"},
+    ],
+}
+
+
+def _fake_up_world(monkeypatch, tmp_path, *, changes):
+    """lifecycle.up with every outside part replaced: a provider that makes nothing, an
+    engine whose apply reports `changes` and outputs NO_SETUP_CLUSTER; the boot wait,
+    Ansible and the check fail the test if they are reached."""
+    from deployer import lifecycle
+    from deployer.providers.base import Repair
+    from deployer.tools import ansible, terraform
+
+    class Provider:
+        name = "openstack"
+        description = "fake"
+        boot_timeout_s = 1
+
+        def preflight(self, spec, state):
+            return None
+
+        def terraform_env(self, spec):
+            return {}
+
+        def prepare(self, spec, state):
+            pass
+
+        def tfvars(self, spec, state, checked=None):
+            return {}
+
+        def node_resource(self, node):
+            return f"node[{node!r}]"
+
+        def observe(self, state, env, nodes):
+            raise AssertionError("nothing recorded yet: no observation")
+
+        def repair(self, spec, state, cluster, seen):
+            return Repair()
+
+        def place(self, spec, state, cluster):
+            return None
+
+        def inventory_vars(self, spec, state, cluster):
+            return {}
+
+    class Engine:
+        applied: list[list[str]] = []
+
+        def write_vars(self, tfvars):
+            pass
+
+        def init(self):
+            pass
+
+        def apply(self, on_event, replace=None):
+            Engine.applied.append(replace or [])
+            on_event({"type": "change_summary", "changes": changes})
+
+        def output(self):
+            return {"cluster": NO_SETUP_CLUSTER}
+
+    def unreachable(*a, **k):
+        raise AssertionError("--no-setup reached the nodes")
+
+    monkeypatch.setattr(lifecycle, "get_provider", lambda name: Provider())
+    monkeypatch.setattr(lifecycle, "_terraform", lambda *a: Engine())
+    monkeypatch.setattr(terraform, "preflight", lambda *a: None)
+    monkeypatch.setattr(lifecycle, "wait_for_boot", unreachable)
+    monkeypatch.setattr(lifecycle, "_check", unreachable)
+    monkeypatch.setattr(ansible, "run_playbook", unreachable)
+    return Engine
+
+
+def test_up_no_setup_provisions_and_records_but_touches_no_node(tmp_path, monkeypatch):
+    """--no-setup: Terraform applies, the cluster output, known_hosts, ssh_config and the
+    inventory are written; no boot wait, no Ansible, no check, and no configuration is
+    recorded, so the next plain `up` configures every node."""
+    from deployer import lifecycle
+    from deployer.pipeline import drift
+    from deployer.spec import ClusterSpec
+    from deployer.state import ClusterState
+
+    engine = _fake_up_world(monkeypatch, tmp_path, changes={"add": 9, "change": 0, "remove": 0})
+    spec = ClusterSpec(name="lab", nodes=2, provider="openstack", openstack={
+        "cloud": "x", "flavor": "f", "image": "i", "external_network": "public"})
+    st = ClusterState(tmp_path, "lab")
+    result = lifecycle.up(spec, st, setup=False)
+    assert engine.applied == [[]]
+    assert result["setup"] is False and result["converged"] is False and result["configured"] == {}
+    assert st.cluster() is not None and st.cluster().names == ["lab-master", "lab-worker-1"]
+    assert "lab-worker-1" in st.ssh_config.read_text() and "lab-master" in st.known_hosts.read_text()
+    assert (st.inventory_dir / "hosts.yml").exists() and (st.inventory_dir / "hostfile").exists()
+    assert st.configured() is None
+    assert set(result["to_configure"]) == {"lab-master", "lab-worker-1"}
+    assert drift.configure_plan(st.cluster(), st.configured(), "any").every_node
+
+
+def test_up_no_setup_again_with_nothing_to_change_is_converged(tmp_path, monkeypatch):
+    from deployer import lifecycle
+    from deployer.spec import ClusterSpec
+    from deployer.state import ClusterState
+
+    _fake_up_world(monkeypatch, tmp_path, changes={"add": 0, "change": 0, "remove": 0})
+    spec = ClusterSpec(name="lab", nodes=2, provider="openstack", openstack={
+        "cloud": "x", "flavor": "f", "image": "i", "external_network": "public"})
+    result = lifecycle.up(spec, ClusterState(tmp_path, "lab"), setup=False)
+    assert result["converged"] is True
+
+
+def test_up_no_setup_refuses_what_needs_the_nodes(tmp_path):
+    from deployer import lifecycle
+    from deployer.errors import UsageError
+    from deployer.spec import ClusterSpec
+    from deployer.state import ClusterState
+
+    for kw in ({"reconfigure": True}, {"replace_failed": True}):
+        with pytest.raises(UsageError, match="--no-setup"):
+            lifecycle.up(ClusterSpec(name="lab", nodes=1), ClusterState(tmp_path, "lab"), setup=False, **kw)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_up_no_setup_reaches_lifecycle_as_setup_false(tmp_path, monkeypatch):
+    """The flag's plumbing: `up --no-setup` calls lifecycle.up with setup=False and no
+    check; a plain `up` with setup=True and the quick check."""
+    from typer.testing import CliRunner
+
+    from deployer import cli, lifecycle
+
+    calls = []
+    monkeypatch.setattr(lifecycle, "up", lambda spec, state, **kw: calls.append(kw) or {"name": spec.name})
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(cli.app, ["up", "--no-setup", "--name", "lab"]).exit_code == 0
+    assert runner.invoke(cli.app, ["up", "--name", "lab"]).exit_code == 0
+    assert [(c["setup"], c["check_level"]) for c in calls] == [(False, None), (True, "quick")]
+
+
+def test_up_help_names_no_setup(tmp_path):
+    p = run("up", "--help", cwd=tmp_path)
+    assert p.returncode == 0 and "--no-setup" in p.stdout and "no Ansible" in p.stdout

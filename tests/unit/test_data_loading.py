@@ -100,13 +100,11 @@ def test_torchs_sampler_repeats_what_ours_does_not():
     assert sorted(ours) == data
 
 
-def test_imagefolder_without_torchvision_says_so(tmp_path):
-    try:
-        import torchvision  # noqa: F401
-    except Exception:  # noqa: BLE001 - missing, or built for another torch
-        pass
-    else:
-        pytest.skip("torchvision imports here")
+def test_imagefolder_without_torchvision_says_so(tmp_path, monkeypatch):
+    # A node whose torch came from an index without a torchvision build: its import fails
+    # (None in sys.modules makes `import torchvision` raise ImportError, as a missing one does).
+    for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")] + ["torchvision"]:
+        monkeypatch.setitem(sys.modules, name, None)
     m = datasets.imagefolder_manifest  # a manifest of an empty tree is enough to get that far
     (tmp_path / "train" / "a").mkdir(parents=True)
     (tmp_path / "val" / "a").mkdir(parents=True)

@@ -77,6 +77,16 @@ def test_node_states():
     assert states == {"demo-master": "ok", "demo-worker-1": "missing", "demo-worker-2": "replaced (needs configure)"}
 
 
+def test_node_states_before_any_configuration_say_so():
+    """No record of a configuration (`up --no-setup`, or a first `up` whose Ansible
+    failed): a running node is new, whether or not it answers; not `ok`."""
+    seen = Observation(nodes={"demo-master": Machine("running", "m1"), "demo-worker-1": Machine("stopped", "w1"),
+                              "demo-worker-2": Machine("running", "w2")})
+    states = drift.node_states(CLUSTER, seen, None, {"demo-master": True, "demo-worker-2": False})
+    assert states == {"demo-master": "new (needs configure)", "demo-worker-1": "stopped",
+                      "demo-worker-2": "new (needs configure)"}
+
+
 def test_remaining_lists_every_existing_thing():
     seen = Observation(nodes={"a": Machine("running"), "b": Machine("missing"), "c": Machine("stopped")}, extra=["d"], other=["bridge x"])
     assert seen.remaining() == ["node a", "node c", "node d", "bridge x"]

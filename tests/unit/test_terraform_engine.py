@@ -4,6 +4,7 @@ module with only built-in resources, no network."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -235,3 +236,147 @@ def test_ctrl_c_during_apply_is_one_graceful_interrupt_and_the_state_is_kept(tmp
     state = json.loads((d / "terraform.tfstate").read_text())
     assert {r["name"] for r in state["resources"]} >= {"fast"}
     assert _running(marker) == []
+
+
+# ---- a second signal while the first is being handled ---------------------------------------
+# The first interrupt must reach Terraform as one SIGINT whatever comes next: a second Ctrl-C
+# or a hang-up a few milliseconds later, while the deployer is still printing its warning
+# (stubbed here to take half a second), must neither escape (the deployer gone, Terraform
+# never told, dying later on a broken pipe without saving its state) nor reach Terraform
+# (its second interrupt: "exit now, data loss may occur").
+
+SLOW_WARNING = """
+import time
+from deployer import ui
+_warn = ui.warn
+def _slow(msg):
+    time.sleep(0.5)
+    _warn(msg)
+ui.warn = _slow
+"""
+
+
+def _kill_left(pattern):
+    # What a failed run left running: processes this test started (the pattern is its tmp dir).
+    import signal
+
+    for pid in _running(pattern):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def _two_signals(proc, second, apart=0.005):
+    import signal
+    import time
+
+    proc.send_signal(signal.SIGINT)
+    time.sleep(apart)
+    proc.send_signal(second)
+
+
+@pytest.mark.parametrize("second", ["SIGINT", "SIGHUP", "SIGTERM"])
+def test_a_second_signal_while_the_warning_prints_still_leaves_terraform_one_interrupt(tmp_path, second):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker = f"deployer-tf-{tmp_path.parent.name}-{tmp_path.name}"  # this run's alone
+    d = tmp_path / "mod"
+    d.mkdir()
+    (d / "main.tf").write_text(SLOW_MODULE.replace("MARKER", marker))
+    log = tmp_path / "tf.jsonl"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_WARNING + INTERRUPTED_APPLY, str(d), str(log)])
+    try:
+        deadline = time.monotonic() + 120
+        while not _running(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _running(marker), "the provisioner never started"
+        _two_signals(proc, getattr(signal, second))
+        assert proc.wait(timeout=60) == 130
+        text = log.read_text()
+        assert text.count("Interrupt received") == 1 and "Two interrupts received" not in text
+        state = json.loads((d / "terraform.tfstate").read_text())
+        assert {r["name"] for r in state["resources"]} >= {"fast"}
+        assert _running(marker) == [] and _running(str(d)) == []
+    finally:
+        proc.kill()
+        _kill_left(str(tmp_path))
+        _kill_left(marker)
+
+
+# A named binary: the stand-in notes each SIGINT it gets, and on the first one "saves its
+# state" (a second later) and exits as Terraform does.
+INTERRUPTIBLE_STAND_IN = r"""#!PYTHON
+import json, os, signal, sys, time
+from pathlib import Path
+here = Path(sys.argv[0]).parent
+(here / "pid").write_text(str(os.getpid()))
+def interrupted(signum, frame):
+    with open(here / "interrupts", "a") as f:
+        f.write("SIGINT\n")
+    time.sleep(1)
+    (here / "state").write_text("saved")
+    sys.exit(1)
+signal.signal(signal.SIGINT, interrupted)
+print(json.dumps({"@level": "info", "type": "apply_start", "hook": {"resource": {"addr": "terraform_data.node"}}}), flush=True)
+(here / "started").write_text("")
+time.sleep(120)
+"""
+
+APPLY_WITH_NAMED_BINARY = """
+import signal, sys
+from pathlib import Path
+from deployer import signals
+from deployer.tools import terraform
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signals.install()
+eng = terraform.engine(Path(sys.argv[1]), Path(sys.argv[2]), "terraform")
+try:
+    eng.apply(lambda ev: print("event", ev["type"], flush=True))
+except KeyboardInterrupt:
+    print("state", (Path(sys.argv[3]) / "state").read_text() if (Path(sys.argv[3]) / "state").exists() else "not saved")
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("how", ["one", "two-a-few-ms-apart", "terminal-twice"])
+def test_a_named_binary_gets_one_graceful_interrupt_and_is_waited_for(tmp_path, monkeypatch, how):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "terraform").write_text(INTERRUPTIBLE_STAND_IN.replace("PYTHON", sys.executable))
+    (bindir / "terraform").chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_WARNING + APPLY_WITH_NAMED_BINARY, str(work), str(tmp_path / "tf.jsonl"),
+                             str(bindir)], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (bindir / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (bindir / "started").exists(), "the stand-in never started"
+        if how == "one":
+            proc.send_signal(signal.SIGINT)
+        elif how == "two-a-few-ms-apart":
+            _two_signals(proc, signal.SIGINT)
+        else:  # a terminal's Ctrl-C goes to its whole foreground process group
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.005)
+            os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 130
+        assert (bindir / "interrupts").read_text() == "SIGINT\n"
+        assert "state saved" in out  # waited for: Terraform had saved its state before the deployer went on
+        assert "event apply_start" in out
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if (bindir / "pid").exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int((bindir / "pid").read_text()), signal.SIGKILL)

@@ -8,12 +8,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .host import LXC_PATH, DriverError, file_lock, log, sh
@@ -60,9 +63,12 @@ APT_STAMP = "var/lib/apt/periodic/update-success-stamp"
 
 
 def _host_apt_digest() -> str:
-    """Of what _carry_apt puts into the image: a change to it makes a new image."""
-    sources, proxies = _host_apt_files()
-    text = "\n".join(f"{p.name}\n{p.read_text()}" for p in sources + proxies)
+    """Of what _carry_apt puts into the image: a change to it makes a new image (so does
+    taking credentials out of it: an image made before that is made again)."""
+    files, auth = _apt_carried()
+    text = "\n".join(f"{Path(rel).name}\n{t}" for rel, t in files.items())
+    if auth:
+        text += f"\n{APT_AUTH_FILE}\n{auth}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -282,8 +288,33 @@ def _host_pip_config() -> dict[str, str]:
     return conf
 
 
-def host_carry() -> tuple[str, list[Path]]:
-    """The pip.conf text for the nodes and the host folders it needs (bind-mounted read-only)."""
+# A URL's user:password@ (or user@: a token alone).
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s\"']+)@")
+
+
+@dataclass(frozen=True)
+class PipCarry:
+    """The host's pip configuration as a node gets it (docs/architecture.md, "Security model")."""
+
+    public: str  # /etc/pip.conf, 0644: every option, with no credentials in any URL
+    private: str  # root's own pip.conf, 0600 (the cluster user gets a copy): the options that had them, whole; "" when none
+    mounts: list[Path]  # the host folders it names, bind-mounted read-only
+
+
+def _pip_secret(option: str, item: str) -> str | None:
+    """`item` without the user:password@ it carries, or None when it carries none. A URL's
+    userinfo; pip's `proxy` may also be written without a scheme ([user:passwd@]host:port)."""
+    if "://" in item:
+        cleaned = _URL_USERINFO.sub(r"\g<scheme>", item)
+        return cleaned if cleaned != item else None
+    if option == "proxy" and "@" in item:
+        return item.rsplit("@", 1)[1]
+    return None
+
+
+def host_carry() -> PipCarry:
+    """The host's pip configuration, split so no node user but root and the cluster user
+    reads a credential in it, and the host folders it needs."""
     from .runtime_env import WHEELHOUSE
 
     conf = _host_pip_config()
@@ -296,33 +327,98 @@ def host_carry() -> tuple[str, list[Path]]:
             if item.startswith(("/", "file://")) and p.exists():
                 # A PEP 503 index folder links to files beside it (../files): take its parent.
                 paths.add(p.parent if p.name == "simple" or not p.is_dir() else p)
-    text = "# Carried over from the host by deployer, so nodes reach the same package sources.\n[global]\n"
-    text += "".join(f"{k} = {v}\n" for k, v in sorted(conf.items()))
+    public: dict[str, str] = {}
+    private: dict[str, str] = {}
+    for option, value in sorted(conf.items()):
+        items = value.split()
+        cleaned = [_pip_secret(option, item) for item in items]
+        if any(c is not None for c in cleaned):
+            private[option] = value
+            value = " ".join(c if c is not None else item for c, item in zip(cleaned, items, strict=True))
+        public[option] = value
+    header = "# Carried over from the host by deployer, so nodes reach the same package sources.\n"
+    text = header + "# Credentials are not here: root's own pip.conf and the cluster user's hold them.\n" * bool(private)
+    text += "[global]\n" + "".join(f"{k} = {v}\n" for k, v in public.items())
+    secret = "".join(f"{k} = {v}\n" for k, v in private.items())
+    if secret:
+        secret = header + "# The options that carry credentials (/etc/pip.conf has them without).\n[global]\n" + secret
     # The CA bundle is copied into the node at the same path, not mounted.
     ca = Path("/etc/ssl/certs")
-    return text, sorted(p for p in paths if p != ca and not str(p).startswith("/etc/ssl"))
+    return PipCarry(text, secret, sorted(p for p in paths if p != ca and not str(p).startswith("/etc/ssl")))
+
+
+def write_private(path: Path, text: str) -> None:
+    """`text` at `path`, 0600 from its first byte (never a moment readable by others), a
+    folder made for it 0700."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, 0o600)  # it was there before, with another mode
+        f.write(text)
+
+
+HOST_APT = Path("/etc/apt")
+# Where the credentials taken out of the carried apt files go: apt reads auth.conf.d as
+# root (before its download methods drop to _apt), for sources and proxies alike.
+APT_AUTH_FILE = "auth.conf.d/90-deployer-host.conf"
+_APT_URL = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*)://(?P<user>[^/@\s\"':]*)(?::(?P<password>[^/@\s\"']*))?@"
+    r"(?P<host>[^/\s\"']+)(?P<path>/[^\s\"']*)?"
+)
 
 
 def _host_apt_files() -> tuple[list[Path], list[Path]]:
     """The host's Debian package sources (third-party repositories are not for the nodes)
     and its apt proxy settings."""
-    src = Path("/etc/apt")
-    lists = [src / "sources.list", *sorted((src / "sources.list.d").glob("*"))]
+    lists = [HOST_APT / "sources.list", *sorted((HOST_APT / "sources.list.d").glob("*"))]
     debian = [p for p in lists if p.is_file() and "debian" in p.read_text() and "nodesource" not in p.name]
-    return debian, sorted((src / "apt.conf.d").glob("*proxy*"))
+    return debian, sorted((HOST_APT / "apt.conf.d").glob("*proxy*"))
+
+
+def _netrc_token(value: str) -> str:
+    """A URL's user or password as an auth.conf token (one word: kept encoded if it has a space)."""
+    plain = urllib.parse.unquote(value)
+    return value if not plain or any(c.isspace() for c in plain) else plain
+
+
+def _apt_credentials_out(text: str, auth: list[str]) -> str:
+    """`text` with each URL's user:password@ taken out, its entry added to `auth` (apt_auth.conf(5))."""
+
+    def out(m: re.Match[str]) -> str:
+        machine = f"{m['scheme']}://{m['host']}{(m['path'] or '').rstrip('/')}"
+        entry = f"machine {machine} login {_netrc_token(m['user'])}"
+        if m["password"] is not None:
+            entry += f" password {_netrc_token(m['password'])}"
+        if entry + "\n" not in auth:
+            auth.append(entry + "\n")
+        return f"{m['scheme']}://{m['host']}{m['path'] or ''}"
+
+    return _APT_URL.sub(out, text)
+
+
+def _apt_carried() -> tuple[dict[str, str], str]:
+    """What _carry_apt puts into the image's /etc/apt: path (under it) -> text, every URL in it
+    without a user:password@, and the auth.conf.d text those went into ("" when none)."""
+    debian, proxies = _host_apt_files()
+    auth: list[str] = []
+    files = {("sources.list" if p.name == "sources.list" else f"sources.list.d/{p.name}"): _apt_credentials_out(p.read_text(), auth)
+             for p in debian}
+    files.update({f"apt.conf.d/{p.name}": _apt_credentials_out(p.read_text(), auth) for p in proxies})
+    return files, "".join(auth)
 
 
 def _carry_apt(rootfs: Path) -> None:
-    """Into the image (nodes inherit it): the image's lists are made from these sources."""
+    """Into the image (nodes inherit it): the image's lists are made from these sources. What
+    every user reads (sources, apt.conf.d) holds no credential: they are in auth.conf.d, 0600."""
     dst = rootfs / "etc/apt"
-    debian, proxies = _host_apt_files()
-    if debian:
+    files, auth = _apt_carried()
+    if any(rel.startswith("sources.list") for rel in files):
         (dst / "sources.list").write_text("")
-        for p in debian:
-            target = dst / ("sources.list" if p.name == "sources.list" else f"sources.list.d/{p.name}")
-            shutil.copy2(p, target)
-    for conf in proxies:
-        shutil.copy2(conf, dst / "apt.conf.d" / conf.name)
+    for rel, text in files.items():
+        (dst / rel).write_text(text)
+        (dst / rel).chmod(0o644)
+    if auth:
+        write_private(dst / APT_AUTH_FILE, "# The credentials of the host's apt sources and proxies, carried by deployer.\n" + auth)
 
 
 def carry_ca(rootfs: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from ...nodes import node_name_pattern
 from ..base import MachineState
 from .host import LXC_PATH, DriverError, file_lock, log, sh
-from .image import base_rootfs, carry_ca, ensure_base_image, host_carry, image_lock
+from .image import PipCarry, base_rootfs, carry_ca, ensure_base_image, host_carry, image_lock, write_private
 
 
 def containers(cluster: str) -> dict[str, MachineState]:
@@ -145,12 +145,21 @@ def _unmount(name: str) -> None:
         sh("umount", str(rootfs), check=False)
 
 
-def _customise(rootfs: Path, pip_conf: str) -> None:
+ROOT_PIP_CONF = "root/.config/pip/pip.conf"  # pip reads a user's own after /etc/pip.conf
+
+
+def _customise(rootfs: Path, pip: PipCarry) -> None:
     """What a site's cloud image would already have: the host's resolver and CA (its
-    package sources are in the image, whose stamp changes with them)."""
+    package sources are in the image, whose stamp changes with them), and its pip
+    configuration: /etc/pip.conf for everyone with no credential in it, the options that
+    carry one in root's own pip.conf, 0600 (the common role gives the cluster user a copy;
+    docs/architecture.md, "Security model")."""
     shutil.copy2("/etc/resolv.conf", rootfs / "etc/resolv.conf")
     carry_ca(rootfs)
-    (rootfs / "etc/pip.conf").write_text(pip_conf)
+    (rootfs / "etc/pip.conf").write_text(pip.public)
+    (rootfs / "etc/pip.conf").chmod(0o644)
+    if pip.private:
+        write_private(rootfs / ROOT_PIP_CONF, pip.private)
 
 
 def _seed(rootfs: Path, name: str, user_data: Path, iid: str | None) -> None:
@@ -225,17 +234,17 @@ def node_create(name: str, ip: str, gateway: str, bridge: str, shared: str, memo
     shutil.rmtree(LXC_PATH / name, ignore_errors=True)
     for sub in ("upper", "work", "rootfs"):
         (LXC_PATH / name / sub).mkdir(parents=True)
-    pip_conf, mounts = host_carry()
+    pip = host_carry()
     # Shared: no new version is made, and none removed, until this node's config
     # names the one it stands on.
     with file_lock(image_lock(), shared=True):
         lower = base_rootfs().resolve()
         with _mounted(name, lower):
-            _customise(LXC_PATH / name / "rootfs", pip_conf)
+            _customise(LXC_PATH / name / "rootfs", pip)
             _seed(LXC_PATH / name / "rootfs", name, user_data, iid)
         if cluster_id:
             (LXC_PATH / name / CLUSTER_ID_FILE).write_text(f"{cluster_id}\n")
-        _write_config(name, str(address), gateway, bridge, shared, memory_mb, mounts, lower)  # last: marks it made
+        _write_config(name, str(address), gateway, bridge, shared, memory_mb, pip.mounts, lower)  # last: marks it made
 
 
 def node_down(name: str, cluster_id: str | None = None) -> None:

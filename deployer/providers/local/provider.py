@@ -368,6 +368,15 @@ class LocalProvider:
     def expired_in_cloud(self, env: dict[str, str], at: datetime) -> list[CloudCluster]:
         return []  # a container carries no expiry: the state dir's lifetime.json is the only one
 
+    def settle(self, spec: ClusterSpec, state: ClusterState) -> str | None:
+        return None
+
+    def record_expiry(self, state: ClusterState, env: dict[str, str], expires_at: str | None, was: str | None) -> str | None:
+        return None  # the state dir's lifetime.json is a local cluster's only record
+
+    def cloud_keeps(self, state: ClusterState, env: dict[str, str], at: datetime) -> str | None:
+        return None
+
     def delete_from_cloud(self, env: dict[str, str], name: str, cluster_id: str, *, say: Callable[[str], None],
                           expired_at: datetime) -> list[str]:
         raise NotImplementedError("local clusters are found through their state dir only")

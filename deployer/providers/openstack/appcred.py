@@ -6,7 +6,9 @@ credentials (unrestricted: false), may read and delete only this cluster's serve
 named by its id in the access rules (no listing: it cannot even see another server), and
 expires a day after the cluster does. Its secret stays in the state dir's secrets (0600)
 and on the master, root-only. `down` revokes it; a new expiry beyond its own, or another
-set of servers (scale, a replaced node), makes a new one.
+set of servers (scale, a replaced node), makes a new one, and the old one is revoked once
+the play has put the new one on the master (provider.settle). Its name is recorded before
+it is made, so one an interrupt left unrecorded is revoked by the next `up` or `down`.
 
 Keystone's rules, as the test cloud (tests/cloud) answers them:
 - the name is unique per user (409 otherwise): each credential gets a name of its own,
@@ -74,14 +76,16 @@ def needs_new(record: dict[str, Any] | None, cluster_expires_at: str, server_ids
     return parse_iso(record["expires_at"]) < parse_iso(cluster_expires_at) + MARGIN
 
 
-def create(env: dict[str, str], cluster: str, cluster_expires_at: str, server_ids: list[str]) -> dict[str, Any]:
-    """A new credential for exactly `server_ids` (the master first); what the master's
-    clouds.yaml needs, the secret included."""
+def create(env: dict[str, str], cluster: str, cluster_expires_at: str, server_ids: list[str],
+           cred_name: str | None = None) -> dict[str, Any]:
+    """A new credential for exactly `server_ids` (the master first), named `cred_name`
+    (made by name() and recorded before, so an interrupt cannot lose it); what the
+    master's clouds.yaml needs, the secret included."""
     expires = iso(parse_iso(cluster_expires_at) + MARGIN)
     with session(env) as conn, cloud_errors(conn, f"creating the teardown credential of cluster {cluster}"):
         made = conn.identity.create_application_credential(
             user=conn.current_user_id,
-            name=name(cluster),
+            name=cred_name or name(cluster),
             description=f"deployer: the master of cluster {cluster} deletes its servers at the cluster's expiry",
             expires_at=expires.removesuffix("Z"),
             unrestricted=False,
@@ -95,6 +99,18 @@ def create(env: dict[str, str], cluster: str, cluster_expires_at: str, server_id
             "region_name": conn.config.get_region_name() or None,
             "interface": conn.config.get_interface() or "public",
         }
+
+
+def find(env: dict[str, str], cred_name: str) -> dict[str, Any] | None:
+    """The user's credential of this name, as much of its record as revoke() needs; None
+    when there is none (it was never made, or is gone)."""
+    with session(env) as conn, cloud_errors(conn, f"looking for application credential {cred_name}"):
+        user = conn.current_user_id
+        for c in conn.identity.application_credentials(user=user, name=cred_name):
+            if c.name == cred_name:
+                return {"id": c.id, "name": c.name, "user_id": user, "expires_at": str(c.expires_at or ""),
+                        "access_rule_ids": [r["id"] for r in (c.access_rules or []) if r.get("id")]}
+    return None
 
 
 def revoke(env: dict[str, str], record: dict[str, Any]) -> None:

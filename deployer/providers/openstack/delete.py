@@ -20,7 +20,7 @@ from typing import Any
 from ...errors import NoLongerExpired, OperationFailed
 from .observe import observe, session, tagged
 from .session import cloud_errors
-from .teardown import cluster_servers, expiry
+from .teardown import CLUSTER_ID_KEY, cluster_servers, not_expired
 
 SERVER_DELETE_TIMEOUT_S = 600
 
@@ -30,9 +30,10 @@ def delete_cluster(env: dict[str, str], cluster: str, cluster_id: str, *, say: C
     """Delete everything of the cluster `cluster_id` (named `cluster`); returns what was
     deleted. OperationFailed when no server carries the id, or when something is left.
 
-    `expired_at` (gc): the servers' expiry is read again right before deleting, and a
-    cluster whose earliest expiry is later than that (an `up --ttl` extended it after gc
-    listed it), or that has none any more, is kept: NoLongerExpired."""
+    `expired_at` (gc): every server's and the volume's expiry is read again right before
+    deleting, and a cluster one of them keeps (a later expiry: an `up --ttl` extended it
+    after gc listed it, or reached only some of them; or none any more) is kept:
+    NoLongerExpired."""
     deleted: list[str] = []
     with session(env) as conn, cloud_errors(conn, f"deleting cluster {cluster} by its metadata"):
         servers = cluster_servers(conn, cluster_id)
@@ -40,10 +41,10 @@ def delete_cluster(env: dict[str, str], cluster: str, cluster_id: str, *, say: C
             raise OperationFailed(f"no server carries deployer_cluster_id={cluster_id}: nothing proves {cluster!r} "
                                   f"({cluster_id}) is a deployer cluster; delete by hand if it is")
         if expired_at is not None:
-            ends = [e for e in map(expiry, servers) if e is not None]
-            if not ends or min(ends) > expired_at:
-                until = f"now expires {min(ends).isoformat()}" if ends else "no expiry any more"
-                raise NoLongerExpired(f"cluster {cluster} was extended since it was listed ({until}); kept")
+            volumes = [v for v in conn.block_storage.volumes() if (v.metadata or {}).get(CLUSTER_ID_KEY) == cluster_id]
+            why = not_expired([*servers, *volumes], expired_at)
+            if why:
+                raise NoLongerExpired(f"cluster {cluster} has not expired by every server's and the volume's word ({why}); kept")
         for s in servers:
             say(f"  deleting server {s.name}")
             conn.compute.delete_server(s)

@@ -110,8 +110,20 @@ RESUME = {"SHUTOFF": "start_server", "STOPPED": "start_server", "SUSPENDED": "re
           "SHELVED": "unshelve_server", "SHELVED_OFFLOADED": "unshelve_server"}
 
 
-def start(cluster: str, env: dict[str, str], server_ids: list[str]) -> list[str]:
-    """Bring each server back by the action its status needs; returns what was done."""
+START_WAIT_S = 600.0  # an unshelve is scheduled again: a GPU host may take minutes to be found
+_POLL_S = 2.0
+
+
+def start(cluster: str, env: dict[str, str], server_ids: list[str], wait_s: float = START_WAIT_S) -> list[str]:
+    """Bring each server back by the action its status needs, and wait until each is
+    ACTIVE with no task running; returns what was done.
+
+    The wait is what lets Terraform run next: the provider's Read refuses SUSPENDED (and
+    any status but active, shutoff, paused, shelved[_offloaded], error, migrating, build),
+    and where it reads shutoff, paused or shelved it sends its own start, unpause or
+    unshelve, which Nova refuses with 409 while the deployer's is still under way
+    (terraform-provider-openstack v3.4.0, resource_openstack_compute_instance_v2.go:
+    Read's power_state switch, Update's power_state change)."""
     done = []
     with session(env) as conn, cloud_errors(conn, f"starting stopped nodes of cluster {cluster}"):
         for sid in server_ids:
@@ -120,7 +132,69 @@ def start(cluster: str, env: dict[str, str], server_ids: list[str]) -> list[str]
             if action:
                 getattr(conn.compute, action)(server)
                 done.append(f"{server.name}: {action.removesuffix('_server')}")
+        if done:
+            _wait_active(conn, cluster, server_ids, wait_s)
     return done
+
+
+def _wait_active(conn: Any, cluster: str, server_ids: list[str], wait_s: float) -> None:
+    """Until every server in `server_ids` is ACTIVE with no task: one listing per poll,
+    whatever their number. OperationFailed naming a server that went to ERROR, or each
+    still on its way when `wait_s` is over."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    pending = set(server_ids)
+    while True:
+        listed = {s.id: s for s in conn.compute.servers(details=True, name=f"^{cluster}-") if s.id in pending}
+        for sid, s in listed.items():
+            if s.status == "ERROR":
+                raise OperationFailed(f"{s.name} went to ERROR while it was brought back "
+                                      f"(`openstack server show {s.id}` says why); `deployer up --replace {s.name}` makes it anew")
+            if s.status == "ACTIVE" and not getattr(s, "task_state", None):
+                pending.discard(sid)
+        pending &= set(listed)  # a server deleted meanwhile: Terraform makes it anew
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            late = ", ".join(f"{listed[i].name} ({listed[i].status}, {getattr(listed[i], 'task_state', None) or 'no task'})"
+                             for i in sorted(pending))
+            raise OperationFailed(f"still not running {wait_s:.0f}s after it was started: {late}; run `deployer up` again")
+        time.sleep(_POLL_S)
+
+
+# What terraform-provider-openstack v3.4.0 can destroy (resource_openstack_compute_instance_v2.go):
+# its Read refuses SUSPENDED, REBOOT, RESCUE, RESIZE and the like ("Invalid power_state"),
+# and after the DELETE it waits only through ACTIVE and SHUTOFF ("unexpected state
+# 'PAUSED'"); a SHELVED_OFFLOADED server has no host and is gone at once.
+DESTROYABLE = {"ACTIVE", "SHUTOFF", "SHELVED_OFFLOADED"}
+
+
+def delete_undestroyable(cluster: str, cluster_id: str | None, env: dict[str, str], wait_s: float = START_WAIT_S) -> list[str]:
+    """Before `down`'s Terraform destroy: delete, through the API, this cluster's servers
+    in a status the provider cannot destroy (DESTROYABLE), and wait until they are gone;
+    Terraform's refresh then finds them gone and destroys the rest. Returns what was
+    deleted. (Resuming them first would take a GPU host to unshelve a server only to
+    delete it.)"""
+    import time
+
+    if cluster_id is None:
+        return []
+    with session(env) as conn, cloud_errors(conn, f"deleting the servers of cluster {cluster} Terraform cannot destroy"):
+        odd = [s for s in own_servers(conn, cluster, cluster_id) if s.status not in DESTROYABLE]
+        for s in odd:
+            conn.compute.delete_server(s)
+        deadline = time.monotonic() + wait_s
+        waiting = {s.id for s in odd}
+        while waiting:
+            waiting &= {s.id for s in conn.compute.servers(name=f"^{cluster}-")}
+            if waiting and time.monotonic() >= deadline:
+                raise OperationFailed(f"servers of cluster {cluster} still not deleted after {wait_s:.0f}s: "
+                                      f"{', '.join(s.name for s in odd if s.id in waiting)}; run `deployer down` again")
+            if waiting:
+                time.sleep(_POLL_S)
+    return [f"{s.name} was {s.status}, which Terraform's OpenStack provider cannot destroy: deleted it through the API first"
+            for s in odd]
 
 
 ID_TAG = "deployer-id-"
@@ -169,8 +243,10 @@ def _other(conn: Any, cluster: str, cluster_id: str) -> list[str]:
     return found
 
 
-def deployer_servers(env: dict[str, str]) -> list[Any]:
-    """Every server in the project that a deployer cluster made (its id in the metadata),
-    whatever the cluster: what `deployer gc` reads expiries from."""
-    with session(env) as conn, cloud_errors(conn, "listing the project's deployer servers"):
-        return [s for s in conn.compute.servers(details=True) if (s.metadata or {}).get(CLUSTER_ID_KEY)]
+def deployer_resources(env: dict[str, str]) -> tuple[list[Any], list[Any]]:
+    """Every server and every volume in the project that a deployer cluster made (its id
+    in the metadata), whatever the cluster: what `deployer gc` reads expiries from."""
+    with session(env) as conn, cloud_errors(conn, "listing the project's deployer servers and volumes"):
+        servers = [s for s in conn.compute.servers(details=True) if (s.metadata or {}).get(CLUSTER_ID_KEY)]
+        volumes = [v for v in conn.block_storage.volumes() if (v.metadata or {}).get(CLUSTER_ID_KEY)]
+        return servers, volumes

@@ -16,7 +16,7 @@ from ... import records, ui
 from ...errors import OperationFailed
 from ...tools import terraform
 from ..base import CloudCluster, Observation, Repair
-from .teardown import CLUSTER_ID_KEY, CLUSTER_KEY, expiry
+from .teardown import CLUSTER_ID_KEY, CLUSTER_KEY, latest_expiry, not_expired
 
 if TYPE_CHECKING:
     from ...cluster import Cluster
@@ -119,16 +119,21 @@ class OpenStackProvider:
         return []
 
     def forget(self, state: ClusterState, env: dict[str, str]) -> None:
-        record = read_teardown_credential(state)
-        if not record:
-            return
         from .appcred import revoke
 
         try:
-            revoke(env, record)
+            _revoke_orphan(state, env)
         except OperationFailed as e:
-            ui.warn(f"{e}; it expires by itself at {record['expires_at']} "
-                    f"(or: openstack application credential delete {record['name']})")
+            ui.warn(str(e))
+        record = read_teardown_credential(state)
+        for r in [record, *record.get("superseded", [])] if record else []:
+            if not r.get("id"):
+                continue  # what is left of one switched off: only what it superseded
+            try:
+                revoke(env, r)
+            except OperationFailed as e:
+                ui.warn(f"{e}; it expires by itself at {r['expires_at']} "
+                        f"(or: openstack application credential delete {r['name']})")
 
     def inventory_vars(self, spec: ClusterSpec, state: ClusterState, cluster: Cluster) -> dict[str, Any]:
         # The master's own teardown at expiry (roles/teardown_timer): the credential's id
@@ -145,15 +150,39 @@ class OpenStackProvider:
         }
 
     def expired_in_cloud(self, env: dict[str, str], at: datetime) -> list[CloudCluster]:
-        from .observe import deployer_servers
+        from .observe import deployer_resources
 
-        return expired_clusters(deployer_servers(env), at)
+        return expired_clusters(*deployer_resources(env), at)
+
+    def record_expiry(self, state: ClusterState, env: dict[str, str], expires_at: str | None, was: str | None) -> str | None:
+        """The cluster's new expiry (None: none) into every server's and the volume's
+        metadata, the master first, before the state dir records it (lifecycle._set_lifetime):
+        an expiry the cloud has not taken is never one this machine acts on. A write that
+        fails raises, naming what took the new expiry and what did not."""
+        from .expiry import write_expiry
+
+        return write_expiry(env, state.name, state.cluster_id, expires_at, was)
+
+    def cloud_keeps(self, state: ClusterState, env: dict[str, str], at: datetime) -> str | None:
+        """Why the cloud keeps the cluster past `at` (a server or the volume saying a later
+        expiry, or none), or None when it agrees it has expired or holds nothing of it."""
+        from .expiry import kept_by_cloud
+
+        return kept_by_cloud(env, state.name, state.cluster_id, at)
 
     def delete_from_cloud(self, env: dict[str, str], name: str, cluster_id: str, *, say: Callable[[str], None],
                           expired_at: datetime) -> list[str]:
         from .delete import delete_cluster
 
         return delete_cluster(env, name, cluster_id, say=say, expired_at=expired_at)
+
+    def clear_for_destroy(self, state: ClusterState, env: dict[str, str]) -> list[str]:
+        """Before `down`'s Terraform destroy (lifecycle.down): the servers in a status the
+        Terraform provider cannot destroy (suspended, paused, rescued...) deleted through
+        the API; a line per server for the user."""
+        from .observe import delete_undestroyable
+
+        return delete_undestroyable(state.name, state.cluster_id, env)
 
     def observe(self, state: ClusterState, env: dict[str, str], nodes: list[str]) -> Observation:
         from .observe import observe
@@ -173,30 +202,57 @@ class OpenStackProvider:
     def place(self, spec: ClusterSpec, state: ClusterState, cluster: Cluster) -> str | None:
         """After Terraform: the master's teardown credential (openstack.auto_teardown),
         whose access rules name each of this cluster's servers. Made anew when the servers
-        change (scale, a replaced node) or the cluster now outlives it, then the old one
-        revoked; revoked when the option is off."""
+        change (scale, a replaced node) or the cluster now outlives it; the old one is kept
+        (recorded as superseded) until the play has put the new one on the master
+        (settle), so the master never holds a revoked one. Its name is recorded before it
+        is made: one an interrupt left unrecorded is found and revoked by the next `up` or
+        `down`. Revoked when the option is off."""
         from . import appcred
 
+        env = self.terraform_env(spec)
+        orphan = _revoke_orphan(state, env)
         record = read_teardown_credential(state)
         life = state.lifetime()
-        env = self.terraform_env(spec)
         if spec.openstack.auto_teardown and life:
             server_ids = [n.id for n in cluster.nodes if n.id]  # the master first
             if len(server_ids) != len(cluster.nodes):
                 raise OperationFailed("the cluster output names a node without a server id: run `deployer up` again")
             if not appcred.needs_new(record, life.expires_at, server_ids):
-                return None
-            made = appcred.create(env, spec.name, life.expires_at, server_ids)
+                return orphan
+            cred_name = appcred.name(spec.name)
+            records.write(pending_credential_file(state), {"name": cred_name}, secret=True)  # before it exists
+            made = appcred.create(env, spec.name, life.expires_at, server_ids, cred_name)
+            made["superseded"] = _superseded(record)
             records.write(teardown_credential_file(state), made, secret=True)
-            if record:
-                appcred.revoke(env, record)
+            pending_credential_file(state).unlink(missing_ok=True)
             return (f"teardown credential {made['name']}: the master deletes these {len(server_ids)} servers at expiry "
-                    f"(valid until {made['expires_at']})")
-        if record:
-            appcred.revoke(env, record)
+                    f"(valid until {made['expires_at']})"
+                    + (f"; {', '.join(r['name'] for r in made['superseded'])} revoked once the master has it"
+                       if made["superseded"] else ""))
+        if record and record.get("id"):
+            # Off: the play removes the timer (its play runs right after the base system);
+            # the credential goes once it has (settle), never while the master still uses it.
+            records.write(teardown_credential_file(state), {"superseded": _superseded(record)}, secret=True)
+            return f"teardown credential {record['name']}: revoked once the master's timer is removed (auto_teardown is off)"
+        return orphan
+
+    def settle(self, spec: ClusterSpec, state: ClusterState) -> str | None:
+        """After a play that configured the master: the new teardown credential is there
+        (its play runs right after the base system), so the ones it superseded go."""
+        from . import appcred
+
+        record = read_teardown_credential(state)
+        if not record or not record.get("superseded"):
+            return None
+        env = self.terraform_env(spec)
+        for old in record["superseded"]:
+            appcred.revoke(env, old)
+        names = ", ".join(r["name"] for r in record["superseded"])
+        if not record.get("id"):  # auto_teardown off: nothing replaces them
             teardown_credential_file(state).unlink()
-            return f"teardown credential {record['name']} revoked (auto_teardown is off)"
-        return None
+            return f"teardown credential {names} revoked: the master's timer is gone"
+        records.write(teardown_credential_file(state), {**record, "superseded": []}, secret=True)
+        return f"teardown credential {names} revoked: the master has {record['name']}"
 
     def boot_log_hint(self, node: str) -> str:
         return f"`openstack console log show {node}` (the VM's console: cloud-init prints its errors there)"
@@ -233,19 +289,27 @@ class OpenStackProvider:
         return max(1, spec.gpus_per_node)
 
 
-def expired_clusters(servers: list[Any], at: datetime) -> list[CloudCluster]:
-    """Clusters whose servers carry an expiry before `at` (server records: `.name` and
-    `.metadata`), one per cluster id, expired by its earliest server's expiry."""
-    found: dict[str, CloudCluster] = {}
-    for s in servers:
-        meta = s.metadata or {}
-        cluster_id, when = meta.get(CLUSTER_ID_KEY), expiry(s)
-        if not cluster_id or when is None or when > at:
+def expired_clusters(servers: list[Any], volumes: list[Any], at: datetime) -> list[CloudCluster]:
+    """The clusters (one per id) that have expired by `at` by their own word: every one of
+    their servers and their volume (records with `.name` and `.metadata`) carries an
+    expiry, and each is past (teardown.not_expired). One server or the volume with a later
+    expiry, or none, keeps the cluster: an extension that reached it, or an apply cut short
+    (docs/openstack.md, "Expiry: which record decides"). Its expiry: the latest of theirs."""
+    by_id: dict[str, list[Any]] = {}
+    for r in [*servers, *volumes]:
+        cluster_id = (r.metadata or {}).get(CLUSTER_ID_KEY)
+        if cluster_id:
+            by_id.setdefault(cluster_id, []).append(r)
+    found = []
+    for cluster_id, resources in by_id.items():
+        own = [s for s in servers if (s.metadata or {}).get(CLUSTER_ID_KEY) == cluster_id]
+        if not own or not_expired(resources, at) is not None:
+            continue  # a volume alone is no cluster gc can prove (delete.py); kept
+        until = latest_expiry(resources)
+        if until is None:  # not_expired said every one has one
             continue
-        c = found.setdefault(cluster_id, CloudCluster(meta.get(CLUSTER_KEY) or "?", cluster_id, when))
-        c.servers.append(s.name)
-        c.expires_at = min(c.expires_at, when)
-    return sorted(found.values(), key=lambda c: (c.name, c.cluster_id))
+        found.append(CloudCluster((own[0].metadata or {}).get(CLUSTER_KEY) or "?", cluster_id, until, [s.name for s in own]))
+    return sorted(found, key=lambda c: (c.name, c.cluster_id))
 
 
 TEARDOWN_CREDENTIAL = "teardown_credential.json"  # in the state dir's secrets (0600)
@@ -257,3 +321,35 @@ def teardown_credential_file(state: ClusterState) -> Path:
 
 def read_teardown_credential(state: ClusterState) -> dict[str, Any] | None:
     return records.read(teardown_credential_file(state))
+
+
+PENDING_CREDENTIAL = "teardown_credential.pending.json"  # the name of one being made
+
+
+def pending_credential_file(state: ClusterState) -> Path:
+    return state.secrets_dir / PENDING_CREDENTIAL
+
+
+def _superseded(record: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """What revoke() needs of the credential a new one replaces (and of those it replaced
+    that are not revoked yet): never the secret."""
+    if not record:
+        return []
+    keep = ("id", "name", "user_id", "expires_at", "access_rule_ids")
+    return [{k: r[k] for k in keep if k in r} for r in [record, *record.get("superseded", [])] if r.get("id")]
+
+
+def _revoke_orphan(state: ClusterState, env: dict[str, str]) -> str | None:
+    """A credential whose name was recorded before it was made but never recorded as made
+    (an interrupt in between): revoked if it exists. A line for the user, or None."""
+    from . import appcred
+
+    pending = records.read(pending_credential_file(state))
+    if not pending:
+        return None
+    record = read_teardown_credential(state) or {}
+    found = appcred.find(env, pending["name"]) if pending["name"] != record.get("name") else None
+    if found:
+        appcred.revoke(env, found)
+    pending_credential_file(state).unlink(missing_ok=True)
+    return f"teardown credential {pending['name']} (made, never recorded: an interrupted run) revoked" if found else None

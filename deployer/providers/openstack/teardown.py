@@ -8,11 +8,15 @@ one by one: it may read and delete those and nothing else (not even list). So it
 openstacksdk and the standard library, nothing of the deployer, and runs on the
 oldest Python of a supported image (Ubuntu 22.04: 3.10; tests/unit check it with vermin).
 
-On the master it reads the expiry from its own server's metadata (deployer_expires_at,
-which `deployer up --ttl` keeps current), and once that is past, deletes the cluster's
-other servers (by the ids it was given, each checked to carry this cluster's id in its
-metadata: a same-named cluster's server is never this one's),
-waits for them, and deletes its own server last. What it cannot delete (the master would
+On the master it reads the expiry of every server of the cluster it knows (its own and
+the workers', by the ids it was given, each checked to carry this cluster's id in its
+metadata: a same-named cluster's server is never this one's), from their metadata
+(deployer_expires_at, which `deployer up --ttl` writes to each server and the volume
+before anything else). Only once every one of them says its expiry is past (one that says
+a later time, or none, keeps the cluster: an extension that reached some of them, or an
+apply cut short) does it delete the other servers, wait for them, and delete its own
+server last. The volume's metadata is not read here (the credential may read servers
+only); the volume is not deleted here either. What it cannot delete (the master would
 cut off its own way to the API, or the resources are in use until it is gone): the
 ports, floating IP, router, network, security groups, key pair and the shared volume.
 Those cost no GPU-hours; `deployer down` or `deployer gc --yes` removes them.
@@ -51,6 +55,27 @@ def expiry(server: Any) -> datetime | None:
         return None
 
 
+def not_expired(resources: list[Any], at: datetime) -> str | None:
+    """Why the cluster has not expired at `at` by its resources' own word (its servers, its
+    volume): the first that carries no expiry, or a later one. None: every one says it has
+    (the cluster's expiry is then the latest of theirs). A cluster is deleted only then."""
+    if not resources:
+        return "nothing of it carries its id"
+    for r in resources:
+        until = expiry(r)
+        if until is None:
+            return f"{r.name} carries no expiry ({EXPIRY_KEY})"
+        if until > at:
+            return f"{r.name} expires at {until:%Y-%m-%dT%H:%M:%SZ}"
+    return None
+
+
+def latest_expiry(resources: list[Any]) -> datetime | None:
+    """The latest expiry among `resources` (when every one has one), else None."""
+    ends = [expiry(r) for r in resources]
+    return max(e for e in ends if e is not None) if ends and None not in ends else None
+
+
 def _ours(conn: Any, server_id: str, cluster_id: str) -> Any:
     """The server if it exists and carries the cluster's id, else None."""
     import openstack
@@ -64,20 +89,19 @@ def _ours(conn: Any, server_id: str, cluster_id: str) -> Any:
 
 def teardown(conn: Any, cluster: str, cluster_id: str, own_id: str, worker_ids: list[str], now: datetime,
              say: Callable[[str], None] = print) -> list[str]:
-    """If the master's expiry is past: delete the workers, wait, then the master's own
-    server (no wait: it is going). Returns the names deleted; [] while not expired."""
+    """If every server's expiry is past (the master's and each worker's that is still
+    there): delete the workers, wait, then the master's own server (no wait: it is going).
+    Returns the names deleted; [] while not expired."""
     own = _ours(conn, own_id, cluster_id)
     if own is None:
         say(f"server {own_id} is not one of cluster {cluster}'s servers: nothing to do")
         return []
-    until = expiry(own)
-    if until is None:
-        say(f"cluster {cluster} has no expiry ({EXPIRY_KEY}): nothing to do")
-        return []
-    if until > now:
-        say(f"cluster {cluster} expires at {until:%Y-%m-%dT%H:%M:%SZ}: nothing to do yet")
-        return []
     others = [s for s in (_ours(conn, i, cluster_id) for i in worker_ids if i != own_id) if s is not None]
+    why = not_expired([own, *others], now)
+    if why:
+        say(f"cluster {cluster} has not expired ({why}): nothing to do yet")
+        return []
+    until = latest_expiry([own, *others])
     for s in others:
         say(f"expired at {until:%Y-%m-%dT%H:%M:%SZ}: deleting {s.name}")
         conn.compute.delete_server(s)
