@@ -4,6 +4,7 @@ deployer's error family, the log that goes to Terraform's output, and file locks
 from __future__ import annotations
 
 import fcntl
+import os
 import shlex
 import subprocess
 import sys
@@ -14,6 +15,10 @@ from pathlib import Path
 from ...errors import OperationFailed
 
 LXC_PATH = Path("/var/lib/lxc")
+# What the local provider keeps once per machine: the wheelhouse nodes install from, the
+# prepared training environments (runtime_env), read by image.py too (the nodes' pip.conf).
+CACHE_ROOT = Path(os.environ.get("DEPLOYER_CACHE_DIR", "/var/cache/deployer"))
+WHEELHOUSE = CACHE_ROOT / "wheels"
 
 
 class DriverError(OperationFailed):

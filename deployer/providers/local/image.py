@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .host import LXC_PATH, DriverError, file_lock, log, sh
+from .host import LXC_PATH, WHEELHOUSE, DriverError, file_lock, log, sh
 
 IMAGE_ROOT = Path(os.environ.get("DEPLOYER_IMAGE_DIR", "/var/lib/deployer/images"))
 SUITE = "bookworm"
@@ -315,8 +315,6 @@ def _pip_secret(option: str, item: str) -> str | None:
 def host_carry() -> PipCarry:
     """The host's pip configuration, split so no node user but root and the cluster user
     reads a credential in it, and the host folders it needs."""
-    from .runtime_env import WHEELHOUSE
-
     conf = _host_pip_config()
     if WHEELHOUSE.is_dir():  # the machine's wheels (torch), so a node's pip takes them from here
         conf["find-links"] = " ".join([*conf.get("find-links", "").split(), str(WHEELHOUSE)])

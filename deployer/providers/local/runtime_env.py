@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import platform
 import shlex
 import shutil
@@ -38,10 +37,10 @@ from pathlib import Path
 import yaml
 
 from ... import gpu_runtime, paths
+from .host import CACHE_ROOT as CACHE_ROOT
+from .host import WHEELHOUSE as WHEELHOUSE  # re-exported: runtime_env.WHEELHOUSE in the tests
 from .host import DriverError, file_lock
 
-CACHE_ROOT = Path(os.environ.get("DEPLOYER_CACHE_DIR", "/var/cache/deployer"))
-WHEELHOUSE = CACHE_ROOT / "wheels"
 ENV_ROOT = CACHE_ROOT / "envs"
 # The nodes' Python: Debian bookworm's (image.SUITE), and glibc 2.36 for the wheels' tags.
 NODE_PYTHON = "3.11"
