@@ -69,6 +69,16 @@ def _why_not() -> str | None:
     return None
 
 
+def leftovers(name: str) -> list[str]:
+    """What of local cluster `name` is still on this machine: containers, bridge, table."""
+    containers = subprocess.run(["lxc-ls", "-1"], capture_output=True, text=True).stdout.split()
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    return ([c for c in containers if c.startswith(f"{name}-")]
+            + [w for w in links.split() if w == f"dpl-{name}"]
+            + [t for t in tables.split() if t == f"deployer_{name}"])
+
+
 @contextmanager
 def cluster_up(tmp_path_factory, name: str, spec: str, *up_args: str, workdir: str | None = None,
                env: dict[str, str] | None = None) -> Iterator[Cluster]:

@@ -10,24 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 
 import pytest
 
-from tests.integration.conftest import Cluster, _why_not
+from tests.integration.conftest import Cluster, _why_not, leftovers
 
 NAME = "ifail"
 SUBNET = "10.82.0.0/24"
 SPEC = f"name: {NAME}\nnodes: 2\nmonitoring: false\njupyter: false\nlocal:\n  subnet: {SUBNET}\n"
-
-
-def _leftovers() -> list[str]:
-    containers = subprocess.run(["lxc-ls", "-1"], capture_output=True, text=True).stdout.split()
-    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
-    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
-    return ([c for c in containers if c.startswith(f"{NAME}-")]
-            + [w for w in links.split() if w == f"dpl-{NAME}"]
-            + [t for t in tables.split() if t == f"deployer_{NAME}"])
 
 
 def _seeded_id(node: str) -> str | None:
@@ -60,7 +50,7 @@ def test_down_removes_the_nodes_of_a_failed_up(failing_start):
     assert p.returncode == 1, p.stderr
     assert "aborted (the test says so)" in p.stderr
     cluster_id = json.loads((c.state / "origin.json").read_text())["cluster_id"]
-    made = [n for n in _leftovers() if n.startswith(f"{NAME}-")]
+    made = [n for n in leftovers(NAME) if n.startswith(f"{NAME}-")]
     assert made, "the containers were made before lxc-start failed"
     from deployer.providers.local.node import cluster_id_of
 
@@ -68,7 +58,7 @@ def test_down_removes_the_nodes_of_a_failed_up(failing_start):
     d = c.deployer("down", "--yes", timeout=600)
     assert d.returncode == 0, d.stderr
     assert "left by a creation that failed" in d.stderr
-    assert _leftovers() == []
+    assert leftovers(NAME) == []
     assert not (c.state / "origin.json").exists()
 
 
@@ -83,4 +73,4 @@ def test_the_next_up_makes_the_failed_nodes_anew_and_comes_up(failing_start):
         assert _seeded_id(name) == nodes[name] != old  # made anew with Terraform's id, not started as it was
     d = c.deployer("down", "--yes", timeout=600)
     assert d.returncode == 0, d.stderr
-    assert _leftovers() == []
+    assert leftovers(NAME) == []

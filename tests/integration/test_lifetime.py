@@ -8,12 +8,11 @@ entry split at the space)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 import pytest
 
-from tests.integration.conftest import cluster_up
+from tests.integration.conftest import cluster_up, leftovers
 
 NAME = "ittl"
 SUBNET = "10.80.0.0/24"
@@ -26,15 +25,6 @@ def ttl_cluster(tmp_path_factory):
         assert " " in str(c.workdir)
         assert "lifetime: expires in" in c.up_log
         yield c
-
-
-def _leftovers() -> list[str]:
-    containers = subprocess.run(["lxc-ls", "-1"], capture_output=True, text=True).stdout.split()
-    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
-    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
-    return ([c for c in containers if c.startswith(f"{NAME}-")]
-            + [w for w in links.split() if w == f"dpl-{NAME}"]
-            + [t for t in tables.split() if t == f"deployer_{NAME}"])
 
 
 def test_ttl_shows_in_status_then_gc_removes_the_expired_cluster_and_the_ledger_counts_it(ttl_cluster):
@@ -54,12 +44,12 @@ def test_ttl_shows_in_status_then_gc_removes_the_expired_cluster_and_the_ledger_
     assert listed.returncode == 0 and [(e["name"], e["action"]) for e in json.loads(listed.stdout)["expired"]] == [(NAME, "listed")]
     dry = ttl_cluster.deployer("gc", "--dry-run", "--yes")
     assert dry.returncode == 0 and f"would destroy {NAME}-master" in dry.stderr
-    assert _leftovers(), "listing and --dry-run destroy nothing"
+    assert leftovers(NAME), "listing and --dry-run destroy nothing"
 
     gone = ttl_cluster.deployer("gc", "--yes", "--json", timeout=600)
     assert gone.returncode == 0, gone.stderr[-2000:]
     assert [e["action"] for e in json.loads(gone.stdout)["expired"]] == ["destroyed"]
-    assert _leftovers() == []
+    assert leftovers(NAME) == []
     assert not (ttl_cluster.state / "lifetime.json").exists()
 
     use = json.loads(ttl_cluster.deployer("ledger", "--json").stdout)
