@@ -28,9 +28,10 @@ def connect(cloud: Cloud, user: str = "admin", project: str = "admin"):
 def connect_as(cloud: Cloud, user: str, password: str, project: str):
     import openstack
 
-    return openstack.connect(auth_url=cloud.auth_url, username=user, password=password, project_name=project,
-                             user_domain_name="Default", project_domain_name="Default", region_name=REGION,
-                             identity_api_version="3")
+    # Only these arguments: no clouds.yaml or OS_* variable of the machine (or of a test) is read.
+    return openstack.connect(load_yaml_config=False, load_envvars=False, auth_url=cloud.auth_url, username=user,
+                             password=password, project_name=project, user_domain_name="Default",
+                             project_domain_name="Default", region_name=REGION, identity_api_version="3")
 
 
 def register_services(cloud: Cloud) -> None:

@@ -17,6 +17,8 @@ import uuid
 import pytest
 import yaml
 
+from tests import openstack_env
+
 from . import catalog, testcloud
 from .module_resources import PUBLIC_KEY
 
@@ -70,20 +72,9 @@ def cluster_name() -> str:
 def os_env(test_cloud, tmp_path, monkeypatch):
     """This test's own clouds.yaml (the cloud's entries), and no OS_* or clouds.yaml of
     the machine."""
-    for key in list(os.environ):
-        if key.startswith("OS_"):
-            monkeypatch.delenv(key)
     clouds = tmp_path / "clouds.yaml"
     clouds.write_text(yaml.safe_dump(test_cloud.clouds()))
-    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(clouds))
-    monkeypatch.setenv("OS_CLIENT_SECURE_FILE", str(tmp_path / "secure.yaml"))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / ".config"))
-    monkeypatch.chdir(tmp_path)
-    from openstack.config import loader
-
-    monkeypatch.setattr(loader, "CONFIG_FILES", [])
-    monkeypatch.setattr(loader, "SECURE_FILES", [])
+    openstack_env.isolate(monkeypatch, tmp_path, clouds)
     return clouds
 
 

@@ -21,6 +21,7 @@ from deployer.providers.openstack.teardown import teardown
 from deployer.records import Lifetime, Origin
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
+from tests import openstack_env
 from tests.unit.test_openstack_preflight import PASSWORD, fake_cloud, write_clouds_yaml
 
 CID = "0123456789ab"
@@ -38,20 +39,7 @@ def _in(days: float) -> str:
 def cloud(tmp_path, monkeypatch):
     """The fake cloud with the cluster in it; every resource expires in a week unless a
     test says otherwise (`expire(cloud, id, when)`)."""
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("OS_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(tmp_path / "clouds.yaml"))
-    monkeypatch.setenv("OS_CLIENT_SECURE_FILE", str(tmp_path / "secure.yaml"))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / ".config"))
-    monkeypatch.chdir(tmp_path)
-    from openstack.config import loader
-
-    monkeypatch.setattr(loader, "CONFIG_FILES", [])
-    monkeypatch.setattr(loader, "SECURE_FILES", [])
+    openstack_env.isolate(monkeypatch, tmp_path)
     with fake_cloud.FakeCloud(password=PASSWORD) as c:
         write_clouds_yaml(tmp_path / "clouds.yaml", c.auth_url)
         week = _in(7)

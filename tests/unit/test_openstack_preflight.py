@@ -21,6 +21,7 @@ from deployer.errors import OperationFailed, PreflightError
 from deployer.providers.openstack import preflight as pf
 from deployer.providers.openstack import quota, session
 from deployer.spec import ClusterSpec
+from tests import openstack_env
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "openstack"
 PASSWORD = "Sup3r-Secret-Pa55word!"
@@ -63,21 +64,7 @@ def write_clouds_yaml(path: Path, auth_url: str, password: str = PASSWORD) -> No
 @pytest.fixture
 def isolated_env(tmp_path, monkeypatch):
     """No clouds.yaml or OS_* variable of the machine leaks in."""
-    import os
-
-    for key in list(os.environ):
-        if key.startswith("OS_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("OS_CLIENT_CONFIG_FILE", str(tmp_path / "clouds.yaml"))
-    monkeypatch.setenv("OS_CLIENT_SECURE_FILE", str(tmp_path / "secure.yaml"))
-    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.config/openstack/clouds.yaml
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / ".config"))
-    monkeypatch.chdir(tmp_path)  # no ./clouds.yaml
-    # openstacksdk fixes its search path (cwd, ~/.config, /etc) when first imported.
-    from openstack.config import loader
-
-    monkeypatch.setattr(loader, "CONFIG_FILES", [])
-    monkeypatch.setattr(loader, "SECURE_FILES", [])
+    openstack_env.isolate(monkeypatch, tmp_path)
     return tmp_path
 
 
