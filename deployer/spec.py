@@ -73,8 +73,9 @@ class OpenStackSpec(_Strict):
     network: str | None = Field(default=None, description="an existing network; default: create a dedicated one")
     network_cidr: ipaddress.IPv4Network = ipaddress.IPv4Network("192.168.77.0/24")
     dns_nameservers: list[ipaddress.IPv4Address] = Field(
-        default_factory=lambda: [ipaddress.IPv4Address("1.1.1.1"), ipaddress.IPv4Address("8.8.8.8")],
-        description="DNS servers of the created subnet (ignored with an existing network)",
+        default_factory=list,
+        description="DNS servers of the created subnet (ignored with an existing network); default: none, so the "
+                    "nodes use the cloud's own resolvers (Neutron's DHCP/DNS)",
     )
     root_volume_size: int | None = Field(
         default=None,
@@ -332,7 +333,7 @@ openstack:
   external_network: public
   volume_size: 100      # GiB, the shared volume on the master
   # root_volume_size: 50  # GiB: boot from a volume (flavors with a small root disk)
-  # dns_nameservers: [1.1.1.1, 8.8.8.8]  # of the created subnet
+  # dns_nameservers: [192.0.2.53]  # of the created subnet; default: none, the cloud's own resolvers
   enable_gpu: false
   nvidia_driver_install: true
   # nvidia_driver_branch: 535  # datacenter driver branch; default: the distribution's recommended one

@@ -34,6 +34,11 @@ resource "openstack_compute_instance_v2" "node" {
   image_id  = var.root_volume_size == null ? local.image_id : null
   key_pair  = local.key_pair
   user_data = file("${var.boot_dir}/${each.key}.user-data")
+  # The user-data (the cluster key, the node's host key) on a config drive: cloud-init
+  # reads it there at first boot, with no metadata service on the way (the emulated VMs
+  # of tests/vm boot the same way). A cloud without config drives still has Nova's
+  # metadata service, reached through the router (depends_on below).
+  config_drive = true
 
   # deployer_cluster_id decides what is this cluster's (the name is for people);
   # deployer_expires_at (--ttl) lets `deployer gc` find an expired cluster without
@@ -63,6 +68,11 @@ resource "openstack_compute_instance_v2" "node" {
     }
   }
 
+  # Where cloud-init falls back to the metadata service (169.254.169.254), the path to it
+  # is the subnet's router interface: the servers boot only once it exists (an existing
+  # network has its own router; the list is then empty).
+  depends_on = [openstack_networking_router_interface_v2.cluster]
+
   lifecycle {
     precondition {
       condition     = (var.image_id == null) != (var.image_name == null)
@@ -72,6 +82,11 @@ resource "openstack_compute_instance_v2" "node" {
     # A changed image, key or user_data would rebuild or replace running nodes
     # (and the master's shared volume with them): they apply to new nodes only.
     # `deployer down` + `deployer up` rebuilds everything.
-    ignore_changes = [image_id, key_pair, user_data, block_device]
+    # The flavor too: the provider updates flavor_id in place, resizing and confirming a
+    # running server (a GPU passthrough VM under a running job). The deployer's preflight
+    # refuses a flavor the running nodes do not have unless `--replace` names every one of
+    # them (they are made anew with it); this keeps Terraform from resizing even if run
+    # by hand. config_drive is ForceNew: nodes made before it was set are kept as they are.
+    ignore_changes = [image_id, key_pair, user_data, block_device, flavor_id, flavor_name, config_drive]
   }
 }

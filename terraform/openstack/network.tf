@@ -81,11 +81,23 @@ resource "openstack_networking_port_v2" "node" {
 }
 
 # A floating IP on the master only; workers are reached through it (access = "via_master").
+# `pool` is a name only: the provider (v3.4.0, resource_openstack_networking_floatingip_v2.go)
+# lists networks of that name and takes the first, external or not. value_specs are
+# merged into the create request last (util.go, AddValueSpecs), so floating_network_id
+# there is what Neutron gets: the external network the preflight resolved, by ID. `pool`
+# must still name some network (the provider refuses an empty look-up) and is what Read
+# sets back from the ID, so the name it carries is that network's.
 resource "openstack_networking_floatingip_v2" "master" {
   count       = var.floating_ip == null ? 1 : 0
-  pool        = data.openstack_networking_network_v2.external.name # the API takes a name here
+  pool        = data.openstack_networking_network_v2.external.name
+  value_specs = { floating_network_id = data.openstack_networking_network_v2.external.id }
   description = "deployer ${var.cluster_name} master"
   tags        = local.tags
+
+  # value_specs is ForceNew: a floating IP allocated before it was set keeps its address.
+  lifecycle {
+    ignore_changes = [value_specs]
+  }
 }
 
 resource "openstack_networking_floatingip_associate_v2" "master" {

@@ -226,8 +226,8 @@ variable "network_cidr" {
 
 variable "dns_nameservers" {
   type        = list(string)
-  description = "DNS servers of the created cluster subnet (create_network = true); nodes need names for apt and pip."
-  default     = ["1.1.1.1", "8.8.8.8"]
+  description = "DNS servers of the created cluster subnet (create_network = true); empty (the default): none set, so the nodes use the cloud's own resolvers (Neutron's DHCP/DNS), which a cloud that blocks outbound DNS still answers."
+  default     = []
   validation {
     condition     = alltrue([for ip in var.dns_nameservers : can(cidrhost("${ip}/32", 0))])
     error_message = "dns_nameservers must be IPv4 addresses such as 1.1.1.1."

