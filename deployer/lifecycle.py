@@ -131,7 +131,7 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             replace_nodes = sorted(set(replace_nodes) | set(failed))
             check_level = _deeper(check_level or "quick", last_level)
         terraform.preflight(spec.provider, spec.terraform.binary, spec.terraform.plugin_mirror)  # the binary, the mirror
-        checked = provider.preflight(spec, state)  # raises before anything exists
+        checked = provider.preflight(spec, state, replacing=replace_nodes)  # raises before anything exists
         tf_env = provider.terraform_env(spec)  # the credentials Terraform will see: refuses what it cannot read
     with state.lock("up"):
         state.create()

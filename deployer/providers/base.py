@@ -8,7 +8,7 @@ Terraform reads only the `cluster` output, so it never asks which cloud it is ta
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -67,9 +67,10 @@ class Provider(Protocol):
     description: str  # one phrase for up's first line: where the nodes will be
     boot_timeout_s: int  # how long a new node may take to answer SSH and finish cloud-init
 
-    def preflight(self, spec: "ClusterSpec", state: "ClusterState") -> Any:
+    def preflight(self, spec: "ClusterSpec", state: "ClusterState", replacing: Collection[str] = ()) -> Any:
         """Raise PreflightError (exit 2) when the spec cannot be hosted; create nothing.
-        Returns what it learnt (e.g. the flavor's GPUs), handed to tfvars."""
+        Returns what it learnt (e.g. the flavor's GPUs), handed to tfvars. `replacing`:
+        the nodes this run makes anew (--replace), which may differ from the running ones."""
 
     def tfvars(self, spec: "ClusterSpec", state: "ClusterState", checked: Any = None) -> dict[str, Any]:
         """Variables for terraform/<name>; every required variable of the module."""

@@ -191,7 +191,7 @@ def _fake_up_world(monkeypatch, tmp_path, *, changes):
         description = "fake"
         boot_timeout_s = 1
 
-        def preflight(self, spec, state):
+        def preflight(self, spec, state, replacing=()):
             return None
 
         def terraform_env(self, spec):

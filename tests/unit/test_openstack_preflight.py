@@ -238,3 +238,99 @@ def test_fit_reports_largest():
 ])
 def test_how_a_flavor_attaches_its_gpus(extra_specs, attached):
     assert quota.gpu_attachment(extra_specs) == attached
+
+
+# ---- issue 43: a flavor change, a network with port security off -------------------------------------------
+
+CID = "0a1b2c3d4e5f"
+
+
+def _servers(cloud, flavor: dict, names=("demo-master", "demo-worker-1", "demo-worker-2", "demo-worker-3")) -> None:
+    meta = {"deployer_cluster": "demo", "deployer_cluster_id": CID}
+    cloud.data["compute_servers_detail"]["servers"] = [
+        {"id": f"00000000-0000-4000-8000-00000000000{i}", "name": n, "status": "ACTIVE", "metadata": dict(meta),
+         "flavor": dict(flavor)} for i, n in enumerate(names)
+    ]
+
+
+# Nova >= 2.47 embeds the flavor (original_name, no ID); before, only its ID.
+EMBEDDED_LARGE = {"original_name": "m1.large", "vcpus": 4, "ram": 8192, "disk": 80, "ephemeral": 0, "swap": 0}
+EMBEDDED_V100 = {"original_name": "g1.v100", "vcpus": 16, "ram": 65536, "disk": 100, "ephemeral": 0, "swap": 0}
+
+
+@pytest.mark.parametrize("running", [EMBEDDED_V100, {"id": "b8a3c5e1-7f3e-4b1c-9d2a-3e5f7a9c1b01", "links": []}])
+def test_a_flavor_the_running_nodes_do_not_have_is_refused_in_one_line(cloud, running):
+    """Item 2: terraform/openstack ignores flavor changes (the provider would resize and
+    confirm a running server in place); the preflight says so before anything happens:
+    one line, exit 2, the --replace that makes them anew, or a new cluster."""
+    _servers(cloud, running)
+    with pytest.raises(PreflightError) as e:
+        pf.check(make_spec(), cluster_exists=True, cluster_id=CID)
+    msg = str(e.value)
+    assert e.value.exit_code == 2 and "\n" not in msg
+    assert msg.startswith("flavor 'm1.large' is not the flavor of running node(s) demo-master, demo-worker-1, ")
+    assert "never resized in place" in msg
+    assert ("`deployer up --replace demo-master --replace demo-worker-1 --replace demo-worker-2 --replace demo-worker-3`"
+            in msg)
+    assert "a new cluster" in msg and "openstack.flavor back to" in msg
+    assert writes(cloud) == []
+
+
+def test_a_flavor_change_goes_ahead_when_every_node_on_the_old_one_is_replaced(cloud):
+    _servers(cloud, EMBEDDED_V100)
+    every = ["demo-master", "demo-worker-1", "demo-worker-2", "demo-worker-3"]
+    with pytest.raises(PreflightError, match=r"running node\(s\) demo-worker-3 "):
+        pf.check(make_spec(), cluster_exists=True, cluster_id=CID, replacing=every[:3])
+    r = pf.check(make_spec(), cluster_exists=True, cluster_id=CID, replacing=every)
+    assert r.reflavored == dict.fromkeys(every, "g1.v100")
+    # Scaling in away from the nodes on the old flavor needs no --replace for those.
+    r = pf.check(make_spec(nodes=2), cluster_exists=True, cluster_id=CID, replacing=every[:2])
+    assert r.reflavored == dict.fromkeys(every[:2], "g1.v100")
+
+
+def test_the_same_flavor_is_no_change(cloud):
+    _servers(cloud, EMBEDDED_LARGE)
+    assert pf.check(make_spec(), cluster_exists=True, cluster_id=CID).reflavored == {}
+    _servers(cloud, {"id": "4", "links": []})  # before 2.47: the ID
+    assert pf.check(make_spec(), cluster_exists=True, cluster_id=CID).reflavored == {}
+    assert pf.check(make_spec(flavor="4"), cluster_exists=True, cluster_id=CID).reflavored == {}
+
+
+def test_up_says_the_flavor_plan_before_anything_happens(cloud, state, capsys):
+    from deployer.providers.openstack.provider import OpenStackProvider
+    from deployer.records import Origin
+
+    _servers(cloud, EMBEDDED_V100, names=("demo-master", "demo-worker-1"))
+    state.write_origin(Origin(provider="openstack", terraform_env={}, cluster_id=CID))
+    OpenStackProvider().preflight(make_spec(nodes=2), state, replacing=["demo-master", "demo-worker-1"])
+    said = " ".join(capsys.readouterr().err.split())
+    assert ("flavor change g1.v100 → m1.large: demo-master, demo-worker-1 will be deleted and made anew with m1.large "
+            "(--replace), not resized") in said
+    assert writes(cloud) == []
+
+
+def _network(cloud, name: str, port_security: bool | None) -> None:
+    net = next(n for n in cloud.data["network_networks"]["networks"] if n["name"] == "horovod-net")
+    if port_security is None:
+        net.pop("port_security_enabled")  # a cloud without the port_security extension
+    else:
+        net["port_security_enabled"] = port_security
+
+
+def test_an_existing_network_with_port_security_off_is_refused_in_one_line(cloud):
+    """Item 5: Neutron refuses a security group on a port of such a network, and every
+    node's port carries the cluster's; the preflight looks, and names the fix."""
+    _network(cloud, "horovod-net", False)
+    with pytest.raises(PreflightError) as e:
+        pf.check(make_spec(network="horovod-net"))
+    assert e.value.exit_code == 2 and "\n" not in str(e.value)
+    assert str(e.value).startswith(
+        "network 'horovod-net' has port security disabled, so Neutron refuses the security groups every node's port "
+        "carries; enable it (openstack network set --enable-port-security horovod-net) or remove openstack.network")
+    assert writes(cloud) == []
+
+
+@pytest.mark.parametrize("port_security", [True, None])
+def test_port_security_on_or_not_reported_is_no_problem(cloud, port_security):
+    _network(cloud, "horovod-net", port_security)
+    assert pf.check(make_spec(network="horovod-net")).network_id == "9a3b1c2d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"

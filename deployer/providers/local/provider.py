@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,7 +154,7 @@ class LocalProvider:
     def node_resource(self, node: str) -> str:
         return f'terraform_data.node["{node}"]'
 
-    def preflight(self, spec: "ClusterSpec", state: "ClusterState") -> None:
+    def preflight(self, spec: "ClusterSpec", state: "ClusterState", replacing: Collection[str] = ()) -> None:
         if os.geteuid() != 0:
             raise PreflightError("the local provider creates containers and bridges: run as root (e.g. sudo deployer up ...)")
         for tool, package in REQUIRED_TOOLS.items():

@@ -11,10 +11,12 @@ import contextlib
 import ipaddress
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...errors import PreflightError
+from ...nodes import node_names
 from .observe import carrying, named_servers, others_of_the_name
 from .quota import (
     _quota_message,
@@ -54,6 +56,8 @@ class PreflightResult:
     network_id: str | None = None
     # Who may SSH to the master when the spec does not say: this machine's public address.
     admin_cidr_from: str | None = None
+    # A flavor change: the nodes (all named by --replace) that run another flavor, and which.
+    reflavored: dict[str, str] = field(default_factory=dict)
 
 
 def _names(items: Any, limit: int = 10) -> str:
@@ -101,6 +105,33 @@ def routed_to(conn: Any, network_id: str, external_id: str) -> bool | None:
     return None if hidden else False
 
 
+def port_security_off(net: Any) -> bool:
+    """Whether Neutron says the network has port security disabled. Only its own word
+    counts: openstacksdk defaults is_port_security_enabled to False when the answer has no
+    such key (a cloud without the port_security extension, where groups work)."""
+    said = getattr(getattr(net, "_body", None), "attributes", {}).get("port_security_enabled")
+    return said is False
+
+
+def other_flavor(server: Any, flavor: Any) -> str | None:
+    """The flavor `server` runs when it is not `flavor` (its name, or its ID where the
+    cloud gives only that); None when it is, or when the server record does not say.
+    Nova embeds the flavor in a server from microversion 2.47 (original_name, no ID);
+    before, the server names the flavor's ID only."""
+    f = server.flavor
+    if f is None:
+        return None
+
+    def of(key: str) -> Any:
+        return f.get(key) if isinstance(f, dict) else getattr(f, key, None)
+
+    if name := of("original_name") or (isinstance(f, dict) and f.get("name")):
+        return None if name == flavor.name else str(name)
+    if flavor_id := of("id"):
+        return None if flavor_id == flavor.id else str(flavor_id)
+    return None
+
+
 # An OpenStack ID (what the module takes as *_id rather than looking up by name).
 UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 
@@ -119,24 +150,27 @@ def find_image(conn: Any, ref: str) -> Any:
     return max(active or named, key=lambda i: i.created_at or "")
 
 
-def check(spec: ClusterSpec, *, cluster_exists: bool = False, cluster_id: str | None = None) -> PreflightResult:
+def check(spec: ClusterSpec, *, cluster_exists: bool = False, cluster_id: str | None = None,
+          replacing: Collection[str] = ()) -> PreflightResult:
     """Every check; raises on the first category of problems, collecting within it.
 
     `cluster_exists`: Terraform's state records resources of this cluster (its network,
     volume, groups and floating IP exist, so they need no quota again). `cluster_id`: the
     id this state dir gave the cluster (None: it has made nothing yet); a deployer cluster
-    of the same name with another id is someone else's, and refused."""
+    of the same name with another id is someone else's, and refused. `replacing`: the
+    nodes this run makes anew (--replace), which may change flavor."""
     client_config_env(spec.openstack.cloud)  # an unreadable clouds.yaml: one line, before any call
     with quiet_sdk_logs():
         conn, project_id = connect(spec.openstack.cloud)
         try:
-            return _check(conn, project_id, spec, cluster_exists, cluster_id)
+            return _check(conn, project_id, spec, cluster_exists, cluster_id, replacing)
         finally:
             with contextlib.suppress(Exception):
                 conn.close()
 
 
-def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, cluster_id: str | None) -> PreflightResult:
+def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, cluster_id: str | None,
+           replacing: Collection[str] = ()) -> PreflightResult:
     o = spec.openstack
     problems: list[str] = []
     warnings: list[str] = []
@@ -228,6 +262,15 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
                     f"network {o.network!r} not found; set openstack.network to an existing network of the project, "
                     f"or remove it to create a dedicated one"
                 )
+            elif port_security_off(net):
+                # Neutron refuses a security group on a port of such a network ("Port
+                # security must be enabled ... in order to use security groups"), and every
+                # node's port carries the cluster's: Terraform would fail on the first port.
+                problems.append(
+                    f"network {o.network!r} has port security disabled, so Neutron refuses the security groups every "
+                    f"node's port carries; enable it (openstack network set --enable-port-security {o.network}) or "
+                    f"remove openstack.network to create a dedicated one"
+                )
             else:
                 subnets = list(conn.network.subnets(network_id=net.id, ip_version=4))
                 if len(subnets) != 1:
@@ -273,6 +316,20 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
             f"not made from this state dir: pick another --name, or run `deployer down` where it was made")
     existing = sorted(s.name for s in own)
     fresh = not (cluster_exists or own)
+    reflavored: dict[str, str] = {}
+    if flavor is not None:
+        kept = set(node_names(spec.name, spec.nodes))  # a node scaled in away needs no new flavor
+        reflavored = {s.name: was for s in own if s.name in kept and (was := other_flavor(s, flavor)) is not None}
+        resized = sorted(n for n in reflavored if n not in replacing)
+        if resized:
+            # Raised alone: nothing else matters while the answer is "not this way".
+            was = ", ".join(sorted(set(reflavored.values())))
+            raise PreflightError(
+                f"flavor {o.flavor!r} is not the flavor of running node(s) {', '.join(resized)} ({was}), and a node is "
+                f"never resized in place (a GPU VM under a running job): make them anew with it, `deployer up "
+                f"{' '.join('--replace ' + n for n in sorted(reflavored))}` (what is on their disks is lost; the shared "
+                f"volume is kept), or make a new cluster with it (another --name, or `deployer down` first), or set "
+                f"openstack.flavor back to {was}")
 
     if o.floating_ip:
         with cloud_errors(conn, f"looking up floating IP {o.floating_ip}"):
@@ -353,6 +410,7 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
         external_network_id=ext.id,
         network_id=net.id if net is not None else None,
         admin_cidr_from=admin_cidr_from,
+        reflavored=reflavored,
     )
 
 

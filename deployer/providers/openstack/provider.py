@@ -7,7 +7,7 @@ keeps openstacksdk out of import time (preflight.py imports it lazily).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,15 +32,22 @@ class OpenStackProvider:
 
     # ---- base.Provider -------------------------------------------------------------------
 
-    def preflight(self, spec: ClusterSpec, state: ClusterState) -> PreflightResult:
-        """Auth, flavor, image, networks, key pair, floating IP and quotas; creates nothing."""
+    def preflight(self, spec: ClusterSpec, state: ClusterState, replacing: Collection[str] = ()) -> PreflightResult:
+        """Auth, flavor, image, networks, key pair, floating IP and quotas; creates nothing.
+        A flavor the running nodes do not have is refused unless `replacing` (--replace)
+        names every one of them; then the plan is said here, before anything happens."""
         from .preflight import check
 
         with ui.status(f"Checking OpenStack project for {spec.nodes} node(s) of {spec.openstack.flavor}"):
             result = check(spec, cluster_exists=terraform.has_resources(state.terraform_dir / "openstack"),
-                           cluster_id=state.cluster_id)
+                           cluster_id=state.cluster_id, replacing=replacing)
         for w in result.warnings:
             ui.warn(w)
+        if result.reflavored:
+            was = ", ".join(sorted(set(result.reflavored.values())))
+            ui.warn(f"flavor change {was} → {result.flavor}: {', '.join(sorted(result.reflavored))} will be deleted and made "
+                    f"anew with {result.flavor} (--replace), not resized; what is on their disks is lost, the shared "
+                    f"volume is kept")
         if result.admin_cidr_from:
             ui.info(f"openstack.admin_cidr is not set: SSH to the master is open to this machine's public address only "
                     f"({spec.openstack.admin_cidr}); set it to allow others")
