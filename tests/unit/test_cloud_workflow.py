@@ -77,11 +77,43 @@ def test_teardown_and_artefacts_always_run_and_carry_no_secret():
 def test_the_spec_it_writes_is_valid(tmp_path):
     step = next(s for s in _steps() if s.get("name") == "Cluster spec")
     env = {"CLUSTER": "e2e-12345678901", "NODES": "2", "FLAVOR": "m1.large", "IMAGE": "Ubuntu 22.04",
-           "EXTERNAL_NETWORK": "public", "PATH": "/usr/bin:/bin"}
+           "EXTERNAL_NETWORK": "public", "ADMIN_CIDR": "198.51.100.7/32", "PATH": "/usr/bin:/bin"}
     r = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     spec = build_spec(tmp_path / "cluster.yaml")
     assert (spec.name, spec.provider, spec.nodes, spec.ttl, spec.openstack.cloud) == ("e2e-12345678901", "openstack", 2, "2h", "e2e")
+    # Issue 43, item 9: set, so the preflight never has to guess a runner's address behind its NAT.
+    assert str(spec.openstack.admin_cidr) == "198.51.100.7/32"
+
+
+def _egress(tmp_path: Path, says: str | None, given: str = "") -> tuple[subprocess.CompletedProcess, str]:
+    """The egress step with a stand-in curl answering `says` (None: it fails)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    curl = bin_dir / "curl"
+    curl.write_text("#!/bin/sh\nexit 7\n" if says is None else f"#!/bin/sh\nprintf '%s' '{says}'\n")
+    curl.chmod(0o755)
+    env_file = tmp_path / "github_env"
+    env_file.write_text("")
+    env = {"ADMIN_CIDR_GIVEN": given, "GITHUB_ENV": str(env_file), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    r = subprocess.run(["bash", "-e", "-c", _step("egress")["run"]], env=env, capture_output=True, text=True)
+    return r, env_file.read_text()
+
+
+def test_admin_cidr_is_the_runners_egress_address_or_the_one_given(tmp_path):
+    """Issue 43, item 9: the cluster spec's admin_cidr comes from this step (the runner's
+    egress address as /32, or the input / repository variable), before `up` runs."""
+    assert "${ADMIN_CIDR}" in next(s for s in _steps() if s.get("name") == "Cluster spec")["run"]
+    names = [s.get("id") or s.get("name") for s in _steps()]
+    assert names.index("egress") < names.index("Cluster spec") < names.index("up")
+    assert _step("egress")["env"]["ADMIN_CIDR_GIVEN"] == "${{ inputs.admin_cidr || vars.OPENSTACK_ADMIN_CIDR }}"
+    r, env = _egress(tmp_path, "20.42.7.9")
+    assert r.returncode == 0 and env == "ADMIN_CIDR=20.42.7.9/32\n", r.stderr
+    r, env = _egress(tmp_path, "20.42.7.9", given="203.0.113.0/24")
+    assert r.returncode == 0 and env == "ADMIN_CIDR=203.0.113.0/24\n"
+    for wrong in ("<html>rate limited</html>", None, "2001:db8::1"):
+        r, env = _egress(tmp_path, wrong)
+        assert r.returncode != 0 and env == "" and "set the admin_cidr input or the OPENSTACK_ADMIN_CIDR variable" in r.stdout
 
 
 @pytest.mark.parametrize("step_id", ["sweep", "up", "status", "bench", "down"])
