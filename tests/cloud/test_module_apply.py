@@ -313,3 +313,144 @@ def test_replace_one_node(own_project, deployer, tmp_path, cluster_name):
     cid = cluster_id(tmp_path, c)
     deployer("down", "--yes")
     nothing_left(conn, tmp_path, c, cid)
+
+
+# ---- issue 43, items 2-6: what the provider and Neutron answer -------------------------------------------------
+
+
+def _events(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "terraform.jsonl").read_text().splitlines() if line.startswith("{")]
+
+
+def _plan_exit(cwd: Path, name: str, **tfvars: Any) -> subprocess.CompletedProcess:
+    """`terraform plan -detailed-exitcode` in the cluster's own working dir, with its
+    recorded variables changed by `tfvars`, as someone running Terraform by hand would:
+    exit 0 when Terraform plans no change, 2 when it plans one."""
+    work = state_dir(cwd, name) / "terraform" / "openstack"
+    values = json.loads((work / "terraform.tfvars.json").read_text()) | tfvars
+    (work / "by-hand.tfvars.json").write_text(json.dumps(values))
+    origin = json.loads((state_dir(cwd, name) / "origin.json").read_text())
+    env = {**os.environ, **origin["terraform_env"], "CHECKPOINT_DISABLE": "1",
+           "TF_CLI_CONFIG_FILE": str(work.parent / terraform.CLI_CONFIG)}
+    binary = os.environ.get("DEPLOYER_TERRAFORM") or "terraform"
+    p = subprocess.run([binary, "plan", "-detailed-exitcode", "-no-color", "-input=false", "-lock=false",
+                        "-var-file=by-hand.tfvars.json"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    print(f"\n$ terraform plan (by hand)  exit {p.returncode}\n{p.stdout[-3000:]}{p.stderr[-2000:]}")
+    return p
+
+
+def test_a_flavor_change_is_refused_and_never_a_resize(own_project, admin, deployer, tmp_path, cluster_name):
+    """Item 2: the provider updates flavor_id in place (resize, then confirm) on a running
+    server. Here: `up` with another flavor stops in one line, exit 2, before anything
+    happens; Terraform itself, run by hand on the cluster's working dir with the new
+    flavor, plans no change; `--replace` of every node makes them anew with it, the plan
+    said first; no server was ever resized (Nova's migrations list none)."""
+    conn, c = own_project, cluster_name
+    write_spec(tmp_path / "cluster.yaml", c, nodes=2)
+    deployer("up", "--no-setup")
+    before = {n: s.id for n, s in servers(conn, c).items()}
+    large = conn.compute.find_flavor("m1.large", ignore_missing=False)
+
+    write_spec(tmp_path / "cluster.yaml", c, nodes=2, flavor="m1.large")
+    refused = deployer("up", "--no-setup", ok=False)
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode == 2 and len([x for x in lines if x.startswith("error:")]) == 1, refused.stderr
+    assert f"--replace {c}-master --replace {c}-worker-1" in refused.stderr and "a new cluster" in refused.stderr
+    now = servers(conn, c)
+    assert {n: s.id for n, s in now.items()} == before
+    assert {s.flavor.original_name for s in now.values()} == {"m1.small"} and {s.status for s in now.values()} == {"ACTIVE"}
+
+    # The module's own guard: Terraform by hand with the new flavor's ID plans nothing.
+    plan = _plan_exit(tmp_path, c, flavor_id=large.id, flavor_name="m1.large")
+    assert plan.returncode == 0, "Terraform planned a change for a new flavor (a resize in place)"
+
+    replaced = deployer("up", "--no-setup", "--replace", "master", "--replace", "worker-1", "--json")
+    made = json.loads(replaced.stdout)
+    said = " ".join(replaced.stderr.split())
+    plan_at = said.index(f"flavor change m1.small → m1.large: {c}-master, {c}-worker-1 will be deleted and made anew")
+    assert plan_at < said.index("terraform: provisioning nodes"), "the plan is said before anything happens"
+    after = servers(conn, c)
+    assert sorted(made["recreated"]) == sorted(before) and all(after[n].id != before[n] for n in before)
+    assert {s.flavor.original_name for s in after.values()} == {"m1.large"}
+    # Nova records every resize as a migration (the admin's os-migrations): none of these servers.
+    ids = set(before.values()) | {s.id for s in after.values()}
+    assert [m for m in admin.compute.migrations() if m.server_id in ids] == []
+    cid = cluster_id(tmp_path, c)
+    deployer("down", "--yes")
+    nothing_left(conn, tmp_path, c, cid)
+
+
+def test_nodes_have_a_config_drive_made_after_the_router_and_the_clouds_dns(own_project, deployer, tmp_path, cluster_name):
+    """Items 3 and 4: every server has a config drive (Nova's record), none was started
+    before the router interface was complete (Terraform's own event log), and the subnet
+    names no DNS server: the nodes get the cloud's own. One named in the spec is set."""
+    conn, c = own_project, cluster_name
+    write_spec(tmp_path / "cluster.yaml", c, nodes=2)
+    made = deployer.json("up", "--no-setup")
+    for s in servers(conn, c).values():
+        assert str(s.has_config_drive).lower() in ("true", "1"), (s.name, s.has_config_drive)
+    events = _events(Path(made["run_dir"]))
+    addr = lambda e: e.get("hook", {}).get("resource", {}).get("addr", "")  # noqa: E731
+    done = next(i for i, e in enumerate(events) if e.get("type") == "apply_complete"
+                and addr(e).startswith("openstack_networking_router_interface_v2.cluster"))
+    first_server = min(i for i, e in enumerate(events) if e.get("type") == "apply_start"
+                       and addr(e).startswith("openstack_compute_instance_v2.node"))
+    assert done < first_server
+    (subnet,) = conn.network.subnets(tags=f"deployer-id-{cluster_id(tmp_path, c)}")
+    assert subnet.dns_nameservers == []
+
+    write_spec(tmp_path / "cluster.yaml", c, nodes=2, dns_nameservers=["192.0.2.53"])
+    again = deployer.json("up", "--no-setup")
+    (subnet,) = conn.network.subnets(tags=f"deployer-id-{cluster_id(tmp_path, c)}")
+    assert subnet.dns_nameservers == ["192.0.2.53"]
+    assert again["recreated"] == []  # a subnet update, no node made anew
+    cid = cluster_id(tmp_path, c)
+    deployer("down", "--yes")
+    nothing_left(conn, tmp_path, c, cid)
+
+
+def test_a_network_with_port_security_off(own_project, deployer, tmp_path, cluster_name):
+    """Item 5: Neutron refuses a security group on a port of a network with port security
+    off (the cloud's own answer, first); the deployer's preflight says so in one line,
+    exit 2, and nothing is made."""
+    import openstack
+
+    conn, c = own_project, cluster_name
+    ext = conn.network.find_network("public", ignore_missing=False)
+    net = conn.network.create_network(name=f"{c}-nosec", port_security_enabled=False)
+    subnet = conn.network.create_subnet(network_id=net.id, ip_version=4, cidr="10.77.0.0/24", name=f"{c}-nosec-subnet")
+    router = conn.network.create_router(name=f"{c}-nosec-router", external_gateway_info={"network_id": ext.id})
+    conn.network.add_interface_to_router(router, subnet_id=subnet.id)
+    group = conn.network.create_security_group(name=f"{c}-probe")
+    with pytest.raises(openstack.exceptions.HttpException, match="(?i)port security"):
+        conn.network.create_port(network_id=net.id, security_group_ids=[group.id])
+
+    write_spec(tmp_path / "cluster.yaml", c, nodes=2, network=net.name)
+    refused = deployer("up", "--no-setup", ok=False)
+    assert refused.returncode == 2, refused.stderr
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "port security disabled" in errors[0] and "--enable-port-security" in errors[0]
+    assert servers(conn, c) == {} and not (state_dir(tmp_path, c) / "terraform").exists()
+
+
+def test_the_floating_ip_lands_on_the_external_network_a_same_named_one_beside_it(own_project, deployer, tmp_path,
+                                                                                 cluster_name):
+    """Item 6: `pool` is a name, and the provider (v3.4.0) allocates on the first network
+    Neutron lists with it, external or not. With project networks named like the external
+    one (three, so that one of them is most likely listed first), the spec naming the
+    external network by ID: the floating IP is on that network."""
+    conn, c = own_project, cluster_name
+    ext = conn.network.find_network("public", ignore_missing=False)
+    decoys = [conn.network.create_network(name="public") for _ in range(3)]
+    assert len(list(conn.network.networks(name="public"))) == 1 + len(decoys)
+    write_spec(tmp_path / "cluster.yaml", c, nodes=1, external_network=ext.id)
+    deployer("up", "--no-setup")
+    (fip,) = list(conn.network.ips(tags=f"deployer-id-{cluster_id(tmp_path, c)}"))
+    assert fip.floating_network_id == ext.id
+    again = deployer.json("up", "--no-setup")
+    assert again["converged"] is True  # pool read back from the ID: the same name, no diff
+    cid = cluster_id(tmp_path, c)
+    deployer("down", "--yes")
+    nothing_left(conn, tmp_path, c, cid)
+    for d in decoys:
+        conn.network.delete_network(d)
