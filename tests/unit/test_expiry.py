@@ -191,7 +191,7 @@ def _up_until_apply(monkeypatch, st: ClusterState, ttl: str) -> dict:
             seen["local"] = st.lifetime().expires_at
             raise Applied
 
-    monkeypatch.setattr(OpenStackProvider, "preflight", lambda self, spec, state: None)
+    monkeypatch.setattr(OpenStackProvider, "preflight", lambda self, spec, state, replacing=(): None)
     monkeypatch.setattr(lifecycle, "_terraform", lambda *a: Engine())
     spec = ClusterSpec.model_validate({"name": "demo", "provider": "openstack", "nodes": 3, "ttl": ttl, "openstack": {
         "cloud": "testcloud", "flavor": "m1.large", "image": "Ubuntu 22.04", "external_network": "public",
