@@ -19,7 +19,7 @@ from typing import Any
 from . import credentials, ledger, lifetime, ui
 from .cluster import Cluster
 from .errors import DeployerError, NoLongerExpired, OperationFailed, UsageError
-from .pipeline import boot, drift, inventory, timings
+from .pipeline import boot, drift, inventory, rekey, timings
 from .pipeline.readiness import wait_for_boot
 from .providers import get_provider
 from .records import Lifetime, Origin
@@ -192,6 +192,15 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
                 ready = wait_for_boot(state, _only(cluster, waiting), timeout_s=provider.boot_timeout_s,
                                       hint=provider.boot_log_hint)
             ui.ok(f"boot: {len(ready)} node(s) ready (slowest {max(ready.values()):.1f}s)")
+        with times.stage("boot"):
+            # The bootstrap key in user-data opened the first connection; each node now gets
+            # its own (rekey.py). The inventory carries the keys, so it and the plan follow.
+            rekeyed = rekey.rotate(state, cluster)
+        if rekeyed:
+            ui.ok(f"ssh: a fresh host key made on {_count(rekeyed, cluster)} and pinned; the one in the user-data opens nothing now")
+            inv = inventory.write(cluster, spec, state)
+            fingerprint = _fingerprint(inv, spec, state)
+            plan = drift.configure_plan(cluster, state.configured(), fingerprint, reconfigure=reconfigure)
         if not plan.why:
             # Same machines, same inventory, same roles as the last successful run: Ansible
             # would find nothing to do. The smoke check below still proves the cluster works.

@@ -16,6 +16,7 @@ through the master when the cluster's `access` says so).
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shlex
 import subprocess
@@ -28,7 +29,7 @@ import yaml
 from ..errors import UsageError
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster
+    from ..cluster import Cluster, Node
     from ..spec import ClusterSpec
     from ..state import ClusterState
 
@@ -81,15 +82,69 @@ class HostKey:
 
 
 def host_key(state: "ClusterState", name: str) -> HostKey:
+    """The node's bootstrap key: the one its user-data carries to the next server of that name."""
     return HostKey(name, state.host_keys_dir / f"{name}_{HOST_KEY_TYPE}")
 
 
-def ensure_host_keys(state: "ClusterState", names: list[str]) -> dict[str, HostKey]:
-    """One ed25519 host key per node name, made once (0600) and kept while the node is.
+# ---- after the first contact: the node's own key (deployer/pipeline/rekey.py) ----------------------
+#
+# The bootstrap key travels in user-data, which any process on an OpenStack VM can read from
+# the metadata service for the server's life. So it only opens the first connection: over
+# it the node makes a fresh key, the deployer pins that one for that server (by its id, so a
+# server made anew under the same name is known by its new bootstrap key again) and forgets
+# the bootstrap pair; the next `up` makes a new pair for whatever server is created next.
 
-    Keyed by name, so a node Terraform recreates comes back with the same key and the
-    pinned known_hosts stays true.
-    """
+
+@dataclass(frozen=True)
+class PinnedKey:
+    server: str | None  # the node's id in the cluster output: the key is that server's only
+    key: str  # 'ssh-ed25519 AAAA…'
+
+
+def pinned_path(state: "ClusterState", name: str, *, pending: bool = False) -> Path:
+    return state.host_keys_dir / f"{name}_{HOST_KEY_TYPE}.{'pending' if pending else 'pinned'}"
+
+
+def read_pinned(state: "ClusterState", node: "Node", *, pending: bool = False) -> list[str]:
+    """The rotated key of this very server ([] or one), or (`pending`) the keys made for it by
+    rotations not yet finished: any of them may be the one its sshd serves now."""
+    path = pinned_path(state, node.name, pending=pending)
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(rec, dict) or rec.get("server") != node.id:
+        return []
+    return [k for k in rec.get("keys", []) if isinstance(k, str)]
+
+
+def write_pinned(state: "ClusterState", node: "Node", key: str, *, pending: bool = False) -> None:
+    """Pin `key` for this server, or (`pending`) accept it beside the keys accepted already."""
+    keys = [*read_pinned(state, node, pending=True), key] if pending else [key]
+    _write_private(pinned_path(state, node.name, pending=pending), json.dumps({"server": node.id, "keys": keys}) + "\n")
+
+
+def accepted_keys(state: "ClusterState", node: "Node") -> list[str]:
+    """The keys SSH accepts for `node`: its own once rotated; before that its bootstrap key,
+    and the new ones while a rotation is half done (so an interrupt never locks us out)."""
+    pinned = read_pinned(state, node)
+    if pinned:
+        return pinned
+    keys = []
+    if host_key(state, node.name).private_path.with_suffix(".pub").exists():
+        keys.append(host_key(state, node.name).public)
+    return keys + read_pinned(state, node, pending=True)
+
+
+def needs_rotation(state: "ClusterState", node: "Node") -> bool:
+    return not read_pinned(state, node)
+
+
+def ensure_host_keys(state: "ClusterState", names: list[str]) -> dict[str, HostKey]:
+    """One ed25519 bootstrap key per node name (0600): the key the next server of that name
+    boots with. Kept until the node's first contact replaces it (rekey.py), then made anew
+    here for whatever server of that name is created next; a running server ignores a
+    changed user-data (both modules), so this never touches one."""
     d = state.host_keys_dir
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
     keys = {}
@@ -189,11 +244,12 @@ def prune(state: "ClusterState", cluster: Cluster) -> None:
 
 
 def known_hosts(state: "ClusterState", cluster: Cluster) -> str:
-    """One line per node: its name, cluster address and public address, and its generated key."""
-    lines = ["# Written by deployer from the host keys it generated; every SSH checks against these."]
+    """One line per accepted key of each node (accepted_keys): its name, cluster address and
+    public address. A node with no key known gets no line: SSH refuses it."""
+    lines = ["# Written by deployer from the host keys it generated or pinned; every SSH checks against these."]
     for node in cluster.nodes:
         names = [node.name, node.private_ip] + ([node.public_ip] if node.public_ip else [])
-        lines.append(f"{','.join(dict.fromkeys(names))} {host_key(state, node.name).public}")
+        lines += [f"{','.join(dict.fromkeys(names))} {key}" for key in accepted_keys(state, node)]
     return "\n".join(lines) + "\n"
 
 
@@ -235,9 +291,14 @@ def _quote(path: Path) -> str:
 def write_access(state: "ClusterState", cluster: Cluster) -> None:
     """known_hosts and ssh_config for `cluster`, written (0600) before any SSH to it."""
     for path, text in ((state.known_hosts, known_hosts(state, cluster)), (state.ssh_config, ssh_config(state, cluster))):
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        tmp.replace(path)
+        _write_private(path, text)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Written whole (a reader sees the old file or the new one), 0600."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    tmp.replace(path)

@@ -14,7 +14,7 @@ import yaml
 
 from ..paths import assets_root
 from ..providers import get_provider
-from .boot import host_key
+from .boot import accepted_keys
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -36,8 +36,8 @@ def render(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> dict
             "ansible_host": node.name,
             "ansible_user": cluster.ssh_user,
             "ansible_ssh_common_args": shlex.join(["-F", str(state.ssh_config)]),
-            # Pinned on every node too (ssh_mesh), so node-to-node SSH checks it.
-            "deployer_host_key": host_key(state, node.name).public,
+            # Pinned on every node too (ssh_mesh), so node-to-node SSH checks them.
+            "deployer_host_keys": accepted_keys(state, node),
             "private_ip": node.private_ip,
             "node_role": node.role,
             "node_index": i,

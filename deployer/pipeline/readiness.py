@@ -42,7 +42,7 @@ class Stopped(Exception):
 
 
 class KeyRefused(OperationFailed):
-    """The node serves another host key than the one generated for it: never retried."""
+    """The node serves another host key than the one pinned for it: never retried."""
 
 
 @dataclass
@@ -123,7 +123,7 @@ def classify(node: Node, result: Probe) -> str:
 
 def _key_message(node: Node) -> str:
     return (
-        f"{node.name} serves an SSH host key that is not the one deployer generated for it, so the connection was "
+        f"{node.name} serves an SSH host key that is not the one deployer pinned for it, so the connection was "
         f"refused: the machine was rebuilt outside the deployer, or something intercepts the connection; "
         f"recreate it with `deployer up --replace {node.name}`"
     )

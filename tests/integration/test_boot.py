@@ -3,6 +3,7 @@ reached only through the master (the shared cluster uses local.access: via_maste
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -27,18 +28,29 @@ def test_every_node_booted_through_cloud_init_nocloud(local_cluster, node):
     assert "errors" not in p.stdout.replace("errors: []", "")
 
 
-def test_the_user_data_made_the_user_and_the_host_key(local_cluster):
+def test_the_user_data_made_the_user_and_the_first_contact_replaced_its_host_key(local_cluster):
+    # The bootstrap key in user-data (readable on a VM from the metadata service, and kept by
+    # cloud-init on disk) opened the first connection only: the node serves a key made on it
+    # since, which the state dir and every node's known_hosts pin, and nothing accepts the old.
     p = local_cluster.deployer(
         "ssh",
         "worker-1",
         "--",
-        "sudo -n awk '{print $1, $2}' /etc/ssh/ssh_host_ed25519_key.pub; ls /etc/ssh/ | grep -c '^ssh_host_'; sudo -n id -un",
+        "sudo -n awk '{print $1, $2}' /etc/ssh/ssh_host_ed25519_key.pub; ls /etc/ssh/ | grep -c '^ssh_host_'; sudo -n id -un; "
+        "sudo -n cat /var/lib/cloud/instance/user-data.txt "
+        "| python3 -c 'import sys, yaml; print(yaml.safe_load(sys.stdin)[\"ssh_keys\"][\"ed25519_public\"])'",
     )
-    key, count, root = p.stdout.split("\n")[:3]
-    pinned = (local_cluster.state / "ssh" / "host_keys" / f"{NAME}-worker-1_ed25519.pub").read_text()
-    assert key.split()[:2] == pinned.split()[:2]
-    assert count == "2"  # only the generated ed25519 pair: the image's keys were deleted
+    served, count, root, from_user_data = p.stdout.split("\n")[:4]
+    pinned = json.loads((local_cluster.state / "ssh" / "host_keys" / f"{NAME}-worker-1_ed25519.pinned").read_text())
+    assert pinned["keys"] == [served]
+    assert from_user_data.startswith("ssh-ed25519 ") and from_user_data != served
+    assert count == "2"  # only the node's own ed25519 pair: the image's keys were deleted
     assert root == "root"
+    assert "a fresh host key made on all 3 node(s) and pinned" in local_cluster.up_log
+    known_here = (local_cluster.state / "ssh" / "known_hosts").read_text()
+    mesh = local_cluster.deployer("ssh", "master", "--", "cat /etc/ssh/ssh_known_hosts").stdout
+    for text in (known_here, mesh):
+        assert served in text and from_user_data not in text
 
 
 def test_host_reaches_only_the_master(local_cluster):

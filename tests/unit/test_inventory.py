@@ -71,7 +71,7 @@ def test_groups_and_host_vars(tmp_path):
         2,
         0,
     )
-    assert w["deployer_host_key"] == boot.host_key(st, "demo-worker-2").public
+    assert w["deployer_host_keys"] == [boot.host_key(st, "demo-worker-2").public]  # bootstrap only, until rekey.py
     assert inv["vars"]["deployer_cluster_cidr"] == "10.77.0.0/24"
     assert inv["vars"]["deployer_provider"] == "local"
 

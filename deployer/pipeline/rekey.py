@@ -1,0 +1,119 @@
+"""After the first verified connection, each node's bootstrap host key is replaced by one
+made on the node itself and pinned here (boot.py, "after the first contact").
+
+The bootstrap key came in user-data, which Nova's metadata service serves to any process
+on the VM for the server's life, and which cloud-init keeps a copy of on disk. Over the
+connection that key authenticated, the node makes a fresh key (its private half never
+leaves the node); the deployer accepts it beside the bootstrap key (pending), swaps it in
+and reloads sshd, proves a new connection with the new key alone, then pins it for that
+server and forgets the bootstrap pair. An interrupt at any point leaves a key that SSH
+still accepts, and the next `up` finishes the job.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from ..errors import OperationFailed
+from ..remote import ssh_argv
+from .boot import HOST_KEY_TYPE, host_key, needs_rotation, pinned_path, write_access, write_pinned
+from .readiness import KEY_REFUSED
+
+if TYPE_CHECKING:
+    from ..cluster import Cluster, Node
+    from ..state import ClusterState
+
+KEY = f"/etc/ssh/ssh_host_{HOST_KEY_TYPE}_key"
+# Debian's unit is ssh.service (others name it sshd): a reload re-executes the listener, which
+# reads the host keys again; open sessions stay.
+RELOAD = 'systemctl reload ssh.service 2>/dev/null || systemctl reload sshd.service 2>/dev/null || kill -HUP "$(cat /run/sshd.pid)"'
+AS_ROOT = ["sudo", "-n"]  # the cluster user's passwordless sudo (the user-data gives it)
+
+
+def make_script(key: str) -> str:
+    """As root: a new key beside the live one; its public half on stdout."""
+    return f"""set -e
+umask 077
+rm -f {key}.next {key}.next.pub
+ssh-keygen -q -t {HOST_KEY_TYPE} -N '' -C "$(hostname) host key" -f {key}.next </dev/null
+cat {key}.next.pub"""
+
+
+def swap_script(key: str, reload: str) -> str:
+    """As root: the new key in place of the bootstrap one, and sshd told."""
+    return f"""set -e
+test -s {key}.next
+mv -f {key}.next.pub {key}.pub
+mv -f {key}.next {key}
+{reload}"""
+
+
+TIMEOUT_S = 60
+
+
+def rotate(state: "ClusterState", cluster: Cluster) -> list[str]:
+    """Every node still on its bootstrap key gets its own, in parallel; returns their names.
+    Raises OperationFailed naming the first node that could not (its old key still works)."""
+    todo = [n for n in cluster.nodes if needs_rotation(state, n)]
+    if not todo:
+        return []
+    records = threading.Lock()  # one writer of the key records and known_hosts at a time
+
+    def one(node: Node) -> str:
+        new = _public_key(_root(state, node, make_script(KEY), "make a new host key"))
+        with records:
+            write_pinned(state, node, new, pending=True)
+            write_access(state, cluster)  # bootstrap and new key both accepted from here on
+        _root(state, node, swap_script(KEY, RELOAD), "swap in the new host key")
+        with records:  # the new key alone, for the proof
+            write_pinned(state, node, new)
+            write_access(state, cluster)
+        try:
+            _root(state, node, "true", "connect with the new host key alone", tries=5)
+        except OperationFailed:
+            with records:  # back to accepting both: nothing is locked out
+                pinned_path(state, node.name).unlink(missing_ok=True)
+                write_access(state, cluster)
+            raise
+        with records:
+            pinned_path(state, node.name, pending=True).unlink(missing_ok=True)
+            bootstrap = host_key(state, node.name).private_path
+            bootstrap.unlink(missing_ok=True)
+            bootstrap.with_suffix(".pub").unlink(missing_ok=True)
+        return node.name
+
+    with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+        futures = [pool.submit(one, n) for n in todo]
+        done = [f.result() for f in futures]
+    return done
+
+
+def _root(state: "ClusterState", node: Node, script: str, what: str, tries: int = 1) -> str:
+    """`script` as root on `node`; its stdout. A connection refused right after sshd's reload
+    is tried again (up to `tries`); a refused host key never is."""
+    argv = [*ssh_argv(state, node), *AS_ROOT, "sh", "-c", shlex.quote(script)]
+    for attempt in range(1, tries + 1):
+        try:
+            p = subprocess.run(argv, text=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise OperationFailed(f"{node.name}: could not {what} (no answer in {TIMEOUT_S}s); `deployer up` again retries") from None
+        if p.returncode == 0:
+            return p.stdout
+        if p.returncode != 255 or KEY_REFUSED in p.stderr or attempt == tries:
+            last = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+            raise OperationFailed(f"{node.name}: could not {what} ({last}); `deployer up` again retries")
+        time.sleep(1)
+    raise AssertionError("unreachable")
+
+
+def _public_key(out: str) -> str:
+    fields = out.split()
+    if len(fields) < 2 or fields[0] != f"ssh-{HOST_KEY_TYPE}":
+        raise OperationFailed(f"the node printed no {HOST_KEY_TYPE} public key ({out.strip()[:80]!r})")
+    return " ".join(fields[:2])
+
