@@ -71,3 +71,22 @@ def test_the_host_shows_no_host_credential_of_a_node_to_its_unprivileged_users(l
                                capture_output=True, text=True, timeout=600)
         assert found.returncode == 0, found.stderr
         assert found.stdout.split() == [], f"{name}: readable by nobody on the host and holding the planted credential: {found.stdout}"
+
+
+def test_a_set_uid_file_in_the_shared_dir_gives_no_node_root(local_cluster):
+    # The nodes are privileged containers (docs/architecture.md, "Security model"): the
+    # shared dir, bind-mounted from the host, is nosuid and nodev on every node.
+    cluster = local_cluster.cluster_output()
+    shared = cluster.shared_dir
+    planted = f"{shared}/.itest-suid-id"
+    made = _attach(cluster.master.name, f"cp /usr/bin/id {planted} && chmod 4755 {planted}")
+    assert made.returncode == 0, made.stderr
+    try:
+        for name in cluster.names:
+            opts = _attach(name, f"findmnt -n -o OPTIONS --target {shared}").stdout
+            assert {"nosuid", "nodev"} <= set(opts.strip().split(",")), (name, opts)
+            # As nobody, the set-uid copy of id(1) runs as nobody: the bit is ignored.
+            ran = _attach(name, f"setpriv --reuid=65534 --regid=65534 --clear-groups {planted} -u")
+            assert ran.returncode == 0 and ran.stdout.strip() == "65534", (name, ran.stdout, ran.stderr)
+    finally:
+        _attach(cluster.master.name, f"rm -f {planted}")

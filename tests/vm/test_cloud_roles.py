@@ -54,6 +54,8 @@ def test_the_master_exports_the_volume_and_the_worker_reads_through_nfs(vm_clust
     assert "/shared" in exports and c.cluster.cluster_cidr in exports and "root_squash" in exports, exports
     assert c.sudo(c.worker, "findmnt -n -o SOURCE,FSTYPE --mountpoint /shared").split() == [
         f"{c.cluster.master.private_ip}:/shared", "nfs4"]
+    # A set-uid file or device node in the shared dir works on no worker.
+    assert {"nosuid", "nodev"} <= set(c.sudo(c.worker, "findmnt -n -o OPTIONS --mountpoint /shared").strip().split(","))
 
     # Written by the cluster user on one node, read on the other, both ways.
     token = uuid.uuid4().hex

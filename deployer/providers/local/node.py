@@ -117,13 +117,15 @@ def _write_config(name: str, ip: str, gateway: str, bridge: str, shared: str, me
         f"lxc.net.0.ipv4.address = {ip}",
         f"lxc.net.0.ipv4.gateway = {gateway}",
         f"{_memory_key()} = {memory_mb}M",
-        # The shared dir: a host bind mount where NFS mounts it on the cloud.
+        # The shared dir: a host bind mount where NFS mounts it on the cloud. nosuid and nodev
+        # here are not applied by LXC 5.0 to a read-write bind (seen: findmnt shows neither), so
+        # site.yml remounts it so at every boot (docs/architecture.md, "Security model").
         f"lxc.mount.entry = {_fstab(host_shared)} {_fstab(guest_shared.lstrip('/'))} none bind,create=dir 0 0",
     ]
     if not Path("/sys/kernel/security/apparmor").exists():
         lines.append("lxc.apparmor.profile = unconfined")  # no AppArmor on this host to confine with
     for m in mounts:  # the host's local package folders, read-only
-        lines.append(f"lxc.mount.entry = {_fstab(str(m))} {_fstab(str(m).lstrip('/'))} none bind,ro,create=dir 0 0")
+        lines.append(f"lxc.mount.entry = {_fstab(str(m))} {_fstab(str(m).lstrip('/'))} none bind,ro,nosuid,nodev,create=dir 0 0")
     (LXC_PATH / name / "config").write_text("\n".join(lines) + "\n")
 
 
