@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import needs
+
 pytestmark = pytest.mark.slow  # Ansible renders the roles (a playbook run each)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +102,7 @@ def tool(name: str) -> str:
         return str(path)
     found = shutil.which(name)
     if not found:
-        pytest.skip(f"{name} is not installed")
+        needs.missing(f"{name} is not installed")
     return found
 
 
@@ -254,7 +256,7 @@ def test_templates_render(tmp_path, shared_dir, unit):
 def test_nvidia_driver_skips_cleanly_without_a_gpu(tmp_path):
     """Runs for real on this machine (check mode, connection local): no NVIDIA device."""
     if shutil.which("lspci") is None:
-        pytest.skip("lspci (pciutils) is not installed here")
+        needs.missing("lspci (pciutils) is not installed here")
     if shutil.which("nvidia-smi") is not None:
         pytest.skip("this machine has an NVIDIA driver")
     inv = inventory(connection="local")
