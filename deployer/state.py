@@ -11,12 +11,20 @@
                      refreshed by every apply/destroy, so `status` needs no Terraform run)
   terraform/         Terraform working dir and state; modules/ beside it
   inventory/         Ansible inventory + MPI hostfile rendered from cluster.json
-  ssh/               cluster key pair, known_hosts, ssh_config, host_keys/ (0600)
-  boot/              each node's cloud-init user-data (0600: it holds the node's host key)
+  check.json         the last `deployer check` report (deployer/check/model.py)
+  ssh/               cluster key pair, known_hosts, ssh_config (0600); host_keys/: each node's
+                     bootstrap key for its next server and the key pinned for its server now
+                     (deployer/pipeline/boot.py, rekey.py)
+  boot/              each node's cloud-init user-data (0600: it holds the bootstrap host key)
   secrets/           generated secrets (0700 dir, 0600 files)
-  runs/<time>-<verb>/ full logs of each run
+  shared/            local provider only: the host side of every node's /shared (the
+                     training venv, hard-linked from the machine's prepared one, lives here)
+  runs/<time>-<verb>/ full logs of each run (Terraform and Ansible events as JSON lines)
   bench/<run-id>/    benchmark results
   lock               flock: one changing verb per cluster at a time
+
+Beside the cluster dirs, the state root holds ledger.jsonl (deployer/ledger.py). This
+docstring is the one listing of the layout; the README and docs/architecture.md point here.
 """
 
 from __future__ import annotations

@@ -68,8 +68,11 @@ class Provider(Protocol):
     boot_timeout_s: int  # how long a new node may take to answer SSH and finish cloud-init
 
     def preflight(self, spec: "ClusterSpec", state: "ClusterState", replacing: Collection[str] = ()) -> Any:
-        """Raise PreflightError (exit 2) when the spec cannot be hosted; create nothing.
-        Returns what it learnt (e.g. the flavor's GPUs), handed to tfvars. `replacing`:
+        """Raise PreflightError (exit 2) when the spec cannot be hosted; create no machine,
+        network or cloud resource. Returns what it learnt (e.g. the flavor's GPUs), handed to
+        tfvars. It may settle what the spec leaves open in the spec itself, recorded with it
+        by `up` (local: the subnet, spec.local.subnet), and claim the name on this machine
+        (local: /var/lib/deployer/local-clusters/<name>, given back by `down`). `replacing`:
         the nodes this run makes anew (--replace), which may differ from the running ones."""
 
     def tfvars(self, spec: "ClusterSpec", state: "ClusterState", checked: Any = None) -> dict[str, Any]:
