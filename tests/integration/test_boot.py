@@ -83,7 +83,7 @@ def test_a_node_with_another_host_key_is_refused_then_replaced(local_cluster):
     p = local_cluster.deployer("up", "--reconfigure", timeout=900)
     assert p.returncode == 1, p.stderr[-3000:]
     last = [line for line in p.stderr.splitlines() if line.strip()][-1]
-    assert last.startswith(f"error: {NAME}-worker-2 serves an SSH host key that is not the one deployer generated")
+    assert last.startswith(f"error: {NAME}-worker-2 serves an SSH host key that is not the one deployer pinned")
     assert f"deployer up --replace {NAME}-worker-2" in last
 
     fixed = local_cluster.deployer("up", "--replace", "worker-2", timeout=900)
