@@ -31,9 +31,14 @@ system-deps:
 	       && { $(SUDO) systemctl disable --now prometheus prometheus-node-exporter prometheus-pushgateway mariadb rabbitmq-server \
 	            >/dev/null 2>&1 || true; }; }
 
-$(VENV)/.installed: pyproject.toml | system-deps
+# The deployer and its pinned tools (ruff, mypy, ansible-lint, pytest): all `make lint` needs.
+$(VENV)/.tools: pyproject.toml
+	@dpkg -s python3-venv >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq python3-venv >/dev/null; }
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.tools | system-deps
 	@# torch is PyPI's build (with its CUDA wheels, ~2.6 GB; it runs on CPUs), downloaded once per
 	@# machine into the wheelhouse that local nodes install from (deployer/providers/local/runtime_env.py);
 	@# the tests run the benchmarks with it here too.
@@ -86,10 +91,13 @@ cloud-stop: deps
 	$(SUDO) $(PY) -m tests.cloud.testcloud stop
 
 # The checks .ci/run makes before the tests, and .pre-commit-config.yaml before a commit.
-lint: deps
+# Seconds, with the tools alone (no apt packages, no torch): ansible-lint's production
+# profile (ansible/.ansible-lint) on site.yml and every role.
+lint: $(VENV)/.tools
 	$(VENV)/bin/ruff check deployer tests benchmarks scripts ansible
 	$(VENV)/bin/mypy
-	cd ansible && ../$(VENV)/bin/ansible-lint --offline roles
+	cd ansible && ../$(VENV)/bin/ansible-lint --offline site.yml roles
+	$(PY) scripts/terraform_fmt.py
 
 clean-demo:
 	-$(SUDO) $(VENV)/bin/deployer down --yes
