@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import ports
+
 if TYPE_CHECKING:
     from cryptography.x509 import Certificate
 
@@ -118,7 +120,7 @@ def prepare(secrets_dir: Path, monitoring: MonitoringSpec, cluster: Cluster) -> 
     master_public_ip = cluster.master.public_ip
     if monitoring.expose and monitoring.grafana and cluster.grafana_installable and master_public_ip:
         fp = grafana_certificate(secrets_dir, master_public_ip)
-        return (f"Grafana: https://{master_public_ip}:3000 (self-signed certificate; check that your browser shows "
+        return (f"Grafana: https://{master_public_ip}:{ports.grafana()} (self-signed certificate; check that your browser shows "
                 f"SHA-256 {fp} before you log in)")
     for name in (GRAFANA_CERT, GRAFANA_KEY):
         (secrets_dir / name).unlink(missing_ok=True)

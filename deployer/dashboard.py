@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import ports
 from .credentials import PUSHGATEWAY_PASSWORD, PUSHGATEWAY_USER, grafana_fingerprint
 from .tunnel import open_tunnels, tunnel_command
 
@@ -35,9 +36,9 @@ class Service:
     path: str = "/"
 
 
-GRAFANA = Service("grafana", "Grafana", 3000, "/")
-PROMETHEUS = Service("prometheus", "Prometheus", 9090, "/")
-PUSHGATEWAY = Service("pushgateway", "Pushgateway", 9091, "/")
+GRAFANA = Service("grafana", "Grafana", ports.grafana(), "/")
+PROMETHEUS = Service("prometheus", "Prometheus", ports.prometheus(), "/")
+PUSHGATEWAY = Service("pushgateway", "Pushgateway", ports.pushgateway(), "/")
 
 
 def view(cluster: Cluster, grafana_wanted: bool, exposed: bool = False) -> dict[str, Any]:

@@ -18,11 +18,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from . import ports
 from .errors import OperationFailed
 from .tunnel import first_free_port, open_tunnels, tunnel_command
 
 PASSWORD_FILE = "jupyter_password"  # in the state dir's secrets dir; the jupyterlab role generates it
-REMOTE_HOST, REMOTE_PORT = "127.0.0.1", 8888  # as the master sees it (jupyterlab_address, jupyterlab_port)
+REMOTE_HOST, REMOTE_PORT = "127.0.0.1", ports.jupyterlab()  # as the master sees it (jupyterlab_address, jupyterlab_port)
 DEFAULT_LOCAL_PORT = 8888
 UNIT = "jupyterlab"
 

@@ -37,11 +37,12 @@ from urllib.error import URLError
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 from prometheus_client.exposition import basic_auth_handler, default_handler
 
+from .. import ports
 from ..credentials import Login
 from ..errors import OperationFailed
 
 JOB = "deployer_bench"
-PUSHGATEWAY_PORT = 9091
+PUSHGATEWAY_PORT = ports.pushgateway()
 PREFIX = "deployer_bench_"
 
 _LABEL_NAME = re.compile(r"[^a-zA-Z0-9_]")

@@ -26,7 +26,9 @@ import math
 import shlex
 from typing import Any
 
-PROMETHEUS_PORT = 9090
+from .. import ports
+
+PROMETHEUS_PORT = ports.prometheus()
 SCRAPE_S = 15  # keep in step with prometheus_scrape_interval (ansible/roles/prometheus/defaults)
 
 QUERIES = {

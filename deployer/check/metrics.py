@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from .. import ui
+from .. import ports, ui
 from ..errors import OperationFailed
 from ..lifetime import parse_iso
 from .model import CheckReport
@@ -73,14 +73,13 @@ def push_report(gateway_url: str, report: CheckReport, *, login: Any = None) -> 
 def publish(state: ClusterState, cluster: Cluster, report: CheckReport) -> bool:
     """The report -> the Pushgateway on the master, through an SSH tunnel. A failure is a
     warning: the report is in the state dir."""
-    from ..bench.metrics import PUSHGATEWAY_PORT
     from ..credentials import pushgateway_login
     from ..remote import ssh_argv
     from ..tunnel import open_tunnel
 
     master = cluster.master
     try:
-        with open_tunnel(ssh_argv(state, master), master.private_ip, PUSHGATEWAY_PORT) as port:
+        with open_tunnel(ssh_argv(state, master), master.private_ip, ports.pushgateway()) as port:
             push_report(f"http://127.0.0.1:{port}", report, login=pushgateway_login(state.secrets_dir))
     except (OperationFailed, OSError) as e:
         ui.warn(f"check not pushed to the Pushgateway ({e}); it is in {state.dir / 'check.json'}")
