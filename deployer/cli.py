@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from . import ui
+from .config_file import CONFIG_FILE
 from .errors import DeployerError, UsageError
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def _state(name: str | None, state_dir: Path, config: Path | None = None) -> Clu
     from .state import ClusterState, resolve_name
 
     config_name = None
-    if config is not None or Path("cluster.yaml").exists():
+    if config is not None or Path(CONFIG_FILE).exists():
         data, _ = read_config(config)
         config_name = data.get("name") if isinstance(data.get("name"), str) else None
     return ClusterState(state_dir, resolve_name(state_dir, name, config_name))
@@ -59,7 +60,7 @@ def _state(name: str | None, state_dir: Path, config: Path | None = None) -> Clu
 
 @app.command()
 def init(
-    path: Annotated[Path, typer.Argument(help="where to write the spec")] = Path("cluster.yaml"),
+    path: Annotated[Path, typer.Argument(help="where to write the spec")] = Path(CONFIG_FILE),
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
 ) -> None:
     """Write a commented cluster.yaml to start from."""
@@ -169,13 +170,13 @@ def check(
         raise UsageError(f"--level {level!r}: use one of {', '.join(LEVELS)}")
     st = _state(name, state_dir)
     cluster = _up_cluster(st)
-    from .check.run import raise_on_failure, run_check
+    from .check.run import check_now, raise_on_failure
     from .check.show import table
+    from .spec import monitoring_on
 
     spec = st.spec()
     with st.lock("check"):
-        ui.step(f"check ({level}): {len(cluster.nodes)} node(s) at once")
-        report = run_check(st, cluster, level, push=spec is None or spec.monitoring.enabled)
+        report = check_now(st, cluster, level, push=monitoring_on(spec))
     ui.err.print(table(report))
     if json_out:
         ui.print_json(report.to_record())
@@ -220,7 +221,7 @@ def _recorded_spec(name: str | None, state_dir: Path, config: Path | None) -> di
     config file is in play; None for a new cluster."""
     from .state import ClusterState, resolve_name
 
-    if config is not None or Path("cluster.yaml").exists():
+    if config is not None or Path(CONFIG_FILE).exists():
         return None
     try:
         st = ClusterState(state_dir, resolve_name(state_dir, name))
@@ -322,6 +323,7 @@ def bench(
     with --data, time to a target accuracy on real data per N."""
     from .bench import report as bench_report
     from .bench import sweep as bench_mod
+    from .spec import monitoring_on
 
     st = _state(name, state_dir)
     cluster = _up_cluster(st)
@@ -342,7 +344,7 @@ def bench(
         topts = bench_train.make_train_options(cluster, data=data, target_acc=target_acc, nodes=nodes, epochs=epochs,
                                                threads=threads, amp=amp, run_timeout_s=timeout, via=via,
                                                queue_timeout_s=queue_timeout,
-                                               storage_metrics=spec is None or spec.monitoring.enabled)
+                                               storage_metrics=monitoring_on(spec))
         report = bench_train.run_on_cluster(st, cluster, topts)
     else:
         report = _synthetic(st, cluster, nodes=nodes, profile=profile, model=model, batch_size=batch_size,
@@ -350,7 +352,7 @@ def bench(
                             num_warmup_batches=num_warmup_batches, threads=threads, amp=amp, channels_last=channels_last,
                             fp16_allreduce=fp16_allreduce, allreduce_max=allreduce_max, net=net, timeline=timeline,
                             run_timeout_s=timeout, via=via, queue_timeout_s=queue_timeout)
-    if spec is None or spec.monitoring.enabled:
+    if monitoring_on(spec):
         bench_mod.push_results(st, cluster, report)
     for table in bench_report.tables(report):
         ui.err.print(table)

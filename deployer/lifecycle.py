@@ -19,13 +19,13 @@ from typing import Any
 from . import credentials, ledger, lifetime, ui
 from .cluster import Cluster
 from .errors import DeployerError, NoLongerExpired, OperationFailed, UsageError
+from .origin import origin_of
 from .pipeline import boot, drift, inventory, rekey, timings
 from .pipeline.readiness import wait_for_boot
 from .providers import get_provider
 from .records import Lifetime, Origin
 from .spec import ClusterSpec
 from .state import ClusterState, new_cluster_id
-from .status import origin_of
 from .tools import terraform
 
 
@@ -295,10 +295,9 @@ def _repair(provider: Any, spec: ClusterSpec, state: ClusterState, env: dict[str
 def _check(spec: ClusterSpec, state: ClusterState, cluster: Cluster, level: str) -> None:
     """`deployer check` at `level`, the end of every `up`: a failing node fails the run,
     named with its reason and the command that replaces it."""
-    from .check.run import raise_on_failure, run_check
+    from .check.run import check_now, raise_on_failure
 
-    ui.step(f"check ({level}): {len(cluster.nodes)} node(s) at once")
-    report = run_check(state, cluster, level, push=spec.monitoring.enabled)
+    report = check_now(state, cluster, level, push=spec.monitoring.enabled)
     mpi = next((f for f in report.cluster_findings if f.check == "mpi"), None)
     if mpi is not None and mpi.status == "pass":
         ui.ok(f"smoke check: mpirun reached {', '.join(mpi.value['reached'])}")

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from .config_file import CONFIG_FILE, read_config  # noqa: F401  (re-exported)
+from .config_file import read_config
 from .errors import UsageError
 from .nodes import CLUSTER_NAME_PATTERN, DEFAULT_NAME, MAX_NODES
 from .nodes import node_names as _node_names
@@ -350,3 +350,10 @@ terraform:
   # plugin_mirror: /var/cache/deployer/terraform-plugins  # providers from it only (`make provider`)
   #                     # default: $DEPLOYER_TF_PLUGIN_MIRROR, else the registry (through a plugin cache)
 """
+
+
+def monitoring_on(spec: ClusterSpec | None) -> bool:
+    """Whether the cluster runs Prometheus and the Pushgateway, for the verbs that push to them
+    or query them. No spec record (lost, or a cluster found from its cloud metadata): assumed
+    on, since every push and query fails soft with one warning."""
+    return spec is None or spec.monitoring.enabled

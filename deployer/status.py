@@ -12,27 +12,13 @@ from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from . import lifetime
+from .origin import origin_of
 from .pipeline import drift
 from .providers import get_provider
 from .state import ClusterState
-from .tools import terraform
 
 if TYPE_CHECKING:
     from .cluster import Cluster
-
-
-def origin_of(state: ClusterState) -> tuple[str, dict[str, str]] | None:
-    """(provider, Terraform's environment) of the cluster: origin.json, which `up` writes
-    before it makes anything. Should it be lost, the Terraform dir that holds resources
-    still says which provider made them (whose environment is then the user's own
-    OS_CLOUD), so `down` can destroy them. None when nothing of the cluster is recorded."""
-    origin = state.origin()
-    if origin:
-        return origin.provider, origin.terraform_env
-    for sub in sorted(state.terraform_dir.glob("*/terraform.tfstate")):
-        if terraform.has_resources(sub.parent):
-            return sub.parent.name, {}
-    return None
 
 
 def _tcp(host: str, timeout: float = 1.5) -> bool:

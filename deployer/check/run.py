@@ -109,6 +109,12 @@ def _stop_on_node(state: ClusterState, node: Node, token: str) -> None:
     subprocess.run([*ssh_argv(state, node), f"pkill -f -- '--token {token}'"], capture_output=True, timeout=30)
 
 
+def check_now(state: ClusterState, cluster: Cluster, level: str, *, push: bool) -> CheckReport:
+    """The check as `deployer check` and the end of every `up` run it: said, then run."""
+    ui.step(f"check ({level}): {len(cluster.nodes)} node(s) at once")
+    return run_check(state, cluster, level, push=push)
+
+
 def run_check(state: ClusterState, cluster: Cluster, level: str = "quick", *, push: bool = False,
               quiet_s: float | None = None, say: Callable[[str], None] = ui.info) -> CheckReport:
     """Check every node at once; the report, also written to the state dir (check.json)

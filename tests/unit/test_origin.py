@@ -2,7 +2,7 @@
 
 import json
 
-from deployer import status
+from deployer import origin, status
 from deployer.records import Origin
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
@@ -10,10 +10,10 @@ from deployer.state import ClusterState
 
 def test_origin_record_first(tmp_path):
     st = ClusterState(tmp_path, "demo")
-    assert status.origin_of(st) is None  # nothing recorded: nothing to destroy
+    assert origin.origin_of(st) is None  # nothing recorded: nothing to destroy
     st.write_origin(Origin(**{"provider": "openstack", "terraform_env": {"OS_CLOUD": "lab"}, "cluster_id": "aaaaaaaaaaaa"}))
     st.write_spec(ClusterSpec(nodes=2))
-    assert status.origin_of(st) == ("openstack", {"OS_CLOUD": "lab"})
+    assert origin.origin_of(st) == ("openstack", {"OS_CLOUD": "lab"})
 
 
 def test_terraform_state_when_the_origin_record_is_lost(tmp_path):
@@ -21,9 +21,9 @@ def test_terraform_state_when_the_origin_record_is_lost(tmp_path):
     workdir = st.terraform_dir / "local"
     workdir.mkdir(parents=True)
     (workdir / "terraform.tfstate").write_text(json.dumps({"resources": []}))
-    assert status.origin_of(st) is None  # a state with nothing in it
+    assert origin.origin_of(st) is None  # a state with nothing in it
     (workdir / "terraform.tfstate").write_text(json.dumps({"resources": [{"type": "terraform_data"}]}))
-    assert status.origin_of(st) == ("local", {})
+    assert origin.origin_of(st) == ("local", {})
 
 
 def test_the_status_table_shows_each_node_of_the_typed_cluster():
