@@ -34,10 +34,14 @@ import socket
 import sys
 import time
 from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from bench_common import Heartbeat, mpi_library, rendezvous
 from mpi4py import MPI
+
+if TYPE_CHECKING:  # annotations only: torch is imported where the torch backend runs
+    import torch
 
 
 def parse_size(text: str) -> int:
@@ -47,7 +51,7 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
 
 
-def parse_args(argv=None):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("-b", "--minbytes", type=parse_size, default=8)
     p.add_argument("-e", "--maxbytes", type=parse_size, default=64 << 20)
@@ -70,6 +74,7 @@ def parse_args(argv=None):
 
 
 def sizes(lo: int, hi: int, factor: int) -> list[int]:
+    out: list[int]
     out, s = [], lo
     while s <= hi:
         out.append(s - s % 4)  # whole float32 elements, as nccl-tests aligns
@@ -85,7 +90,7 @@ def bandwidths(nbytes: int, sec: float, nranks: int) -> tuple[float, float]:
 class MpiOp:
     name = "mpi"
 
-    def __init__(self, comm, count: int):
+    def __init__(self, comm: MPI.Comm, count: int) -> None:
         self.comm = comm
         self.send = np.empty(count, np.float32)
         self.recv = np.empty(count, np.float32)
@@ -106,7 +111,7 @@ class MpiOp:
 class TorchOp:
     name = "torch"
 
-    def __init__(self, pg, count: int, device, chunk_elems: int):
+    def __init__(self, pg: Any, count: int, device: torch.device, chunk_elems: int) -> None:
         import torch
         self.torch, self.pg, self.device = torch, pg, device
         self.buf = torch.empty(count, dtype=torch.float32, device=device)
@@ -129,7 +134,7 @@ class TorchOp:
             self.torch.cuda.synchronize()
 
 
-def torch_group(comm, args):
+def torch_group(comm: MPI.Comm, args: argparse.Namespace) -> tuple[Any, torch.device, str]:
     import datetime
 
     import torch
@@ -141,13 +146,13 @@ def torch_group(comm, args):
         torch.cuda.set_device(device)
     addr, port = rendezvous(comm, comm.allgather(socket.gethostname()))
     timeout = datetime.timedelta(minutes=10)
-    store = dist.TCPStore(addr, port, comm.size, comm.rank == 0, timeout=timeout)
+    store = dist.TCPStore(addr, port, comm.size, comm.rank == 0, timeout=timeout)  # type: ignore[attr-defined]  # re-exported implicitly
     if cuda:
         dist.init_process_group("nccl", store=store, rank=comm.rank, world_size=comm.size, device_id=device)
         return dist.group.WORLD, device, "nccl"
     # why a hand-built ProcessGroupGloo: init_process_group cannot set gloo's worker
     # thread count, and chunks in flight need threads to overlap.
-    opts = dist.ProcessGroupGloo._Options()
+    opts = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # private: not in torch's stubs
     names = [n for n in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n]
     opts._devices = ([dist.ProcessGroupGloo.create_device(interface=n) for n in names]
                      or [dist.ProcessGroupGloo.create_default_device()])
@@ -156,7 +161,7 @@ def torch_group(comm, args):
     return dist.ProcessGroupGloo(store, comm.rank, comm.size, opts), device, "gloo"
 
 
-def versions(comm, backend: str, lib: str) -> dict:
+def versions(comm: MPI.Comm, backend: str, lib: str) -> dict[str, Any]:
     v = {"python": platform.python_version(), "numpy": np.__version__,
          "mpi4py": __import__("mpi4py").__version__,
          "mpi": mpi_library(), "backend": backend, "library": lib}
@@ -170,7 +175,7 @@ def versions(comm, backend: str, lib: str) -> dict:
     return v
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
     rank, n = comm.rank, comm.size
@@ -209,6 +214,7 @@ def main(argv=None) -> int:
             if beat:
                 beat.step = f"{nbytes} bytes"
             count = nbytes // 4
+            op: TorchOp | MpiOp
             if backend == "torch":
                 op = TorchOp(pg, count, device, args.chunk // 4)
             else:

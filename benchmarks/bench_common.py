@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:  # annotations only: mpi4py is imported where MPI is needed
+    from mpi4py import MPI
 
 
 def iface_ip(name: str) -> str:
@@ -20,7 +24,7 @@ def iface_ip(name: str) -> str:
         return socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))[20:24])
 
 
-def rendezvous(comm, hosts: list[str]) -> tuple[str, int]:
+def rendezvous(comm: MPI.Comm, hosts: list[str]) -> tuple[str, int]:
     """Rank 0's address and a free port, broadcast to every rank; MASTER_ADDR and
     MASTER_PORT win. `hosts`: every rank's hostname (allgather)."""
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
@@ -37,7 +41,7 @@ def rendezvous(comm, hosts: list[str]) -> tuple[str, int]:
     return addr, int(port)
 
 
-def quiet_barrier(comm, poll_s: float = 0.05) -> None:
+def quiet_barrier(comm: MPI.Comm, poll_s: float = 0.05) -> None:
     """Wait for every rank without spinning: Open MPI's blocking calls busy-poll, so a rank
     done early would take CPU from one still working (the straggler step times each rank
     on its own), and it would sit in MPI_Finalize with its heartbeat stopped."""
@@ -55,7 +59,7 @@ def mpi_library() -> str:
     return MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]
 
 
-def nccl_version_text(version) -> str:
+def nccl_version_text(version: int | tuple[int, ...]) -> str:
     """torch.cuda.nccl.version() as "2.21.5": a (major, minor, patch) tuple on current torch, an
     int NCCL_VERSION_CODE on old torch (major*1000 + minor*100 + patch before NCCL 2.9,
     major*10000 + minor*100 + patch from 2.9 on, e.g. 2708 -> 2.7.8, 21805 -> 2.18.5)."""
@@ -71,7 +75,7 @@ class WholeLines:
     line's write releases the GIL, so another thread's line could land inside it (a
     HEARTBEAT in the middle of a rank's JSON record, seen here with 20 kB lines)."""
 
-    def __init__(self, out):
+    def __init__(self, out: TextIO) -> None:
         import threading
 
         self._out, self._lock, self._local = out, threading.Lock(), threading.local()
@@ -92,7 +96,7 @@ class WholeLines:
                 self._out.write(rest)
             self._out.flush()
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._out, name)
 
 
@@ -127,7 +131,7 @@ class Heartbeat:
     beating (its thread runs); a stopped or frozen process does not: the rank that falls
     silent is the one that hangs (deployer/bench/rank_watch.py names it)."""
 
-    def __init__(self, rank: int, every_s: float = 1.0, step: str = "start"):
+    def __init__(self, rank: int, every_s: float = 1.0, step: str = "start") -> None:
         import threading
 
         self.rank, self.step, self.every_s = rank, step, every_s
@@ -158,14 +162,14 @@ class Heartbeat:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         # Joined, not left to die with the process: a daemon thread frozen at exit while
         # it holds WholeLines' lock would hang the interpreter's last flush.
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
 
-    def done_together(self, comm) -> None:
+    def done_together(self, comm: MPI.Comm) -> None:
         """A rank's end: beat while it waits for every other rank (none sits silent in
         MPI_Finalize while a slower one works), then stop, and wait until every rank has
         stopped, so that none beats while rank 0 prints its record: Open MPI forwards output

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,23 +29,37 @@ SCHEMA = 1
 # resized up to this, nothing larger.
 MIN_SIZE = {"imagenet": 32, "cifar": 8}
 
+if TYPE_CHECKING:  # names for annotations only
+    from typing import Protocol, TypeAlias
 
-def load_manifest(root: str) -> dict:
+    # torchvision's ImageFolder: torchvision ships no type information.
+    ImageFolder: TypeAlias = Any
+    # One split as open_split opens it.
+    Split: TypeAlias = "CifarBinary | ImageFolder"
+
+    class SizedSampler(Protocol):
+        """A sampler of dataset indices that knows its length (ExactDistributedSampler)."""
+
+        def __iter__(self) -> Iterator[int]: ...
+        def __len__(self) -> int: ...
+
+
+def load_manifest(root: str) -> dict[str, Any]:
     path = os.path.join(root, MANIFEST)
     if not os.path.isfile(path):
         raise SystemExit(f"no dataset in {root} (no {MANIFEST}): fetch one with `deployer data fetch NAME`")
     with open(path) as fh:
-        m = json.load(fh)
+        m: dict[str, Any] = json.load(fh)
     if m.get("schema") != SCHEMA or m.get("format") not in ("cifar-binary", "imagefolder"):
         raise SystemExit(f"{path}: not a schema-{SCHEMA} dataset manifest: fetch the dataset again")
     return m
 
 
-class CifarBinary(Dataset):
+class CifarBinary(Dataset[tuple[torch.Tensor, int]]):
     """One split of a cifar-binary dataset: (float image C x H' x W', label), normalised; in
     training with a random crop from the padded image and, where the manifest allows, a flip."""
 
-    def __init__(self, root: str, manifest: dict, split: str, *, train: bool, min_size: int = 8):
+    def __init__(self, root: str, manifest: dict[str, Any], split: str, *, train: bool, min_size: int = 8) -> None:
         self.files = [os.path.join(root, f) for f in manifest["splits"][split]["files"]]
         self.shape = tuple(manifest["shape"])
         self.record = 1 + int(np.prod(self.shape))
@@ -58,7 +74,7 @@ class CifarBinary(Dataset):
         self.mean = torch.tensor(manifest.get("mean") or [0.5] * c).view(c, 1, 1)
         self.std = torch.tensor(manifest.get("std") or [0.5] * c).view(c, 1, 1)
         self.size = max(min_size, self.shape[1])
-        self._maps = None  # opened in the process that reads (data-loader workers each open their own)
+        self._maps: list[np.ndarray] | None = None  # opened in the process that reads (data-loader workers each open their own)
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -94,7 +110,7 @@ class CifarBinary(Dataset):
         return x, label
 
 
-def imagefolder(root: str, manifest: dict, split: str, *, train: bool):
+def imagefolder(root: str, manifest: dict[str, Any], split: str, *, train: bool) -> ImageFolder:
     """One split of an ImageFolder tree, with ImageNet's usual transforms."""
     try:
         from torchvision import datasets, transforms
@@ -114,7 +130,7 @@ def imagefolder(root: str, manifest: dict, split: str, *, train: bool):
     return ds
 
 
-def sample_bytes(ds: Dataset, i: int) -> int:
+def sample_bytes(ds: Split, i: int) -> int:
     """The bytes reading sample i takes from the shared storage: a record of a cifar-binary
     file, or the whole image file of an ImageFolder (a stat, not a second read)."""
     if isinstance(ds, CifarBinary):
@@ -122,29 +138,29 @@ def sample_bytes(ds: Dataset, i: int) -> int:
     return os.path.getsize(ds.samples[i][0])
 
 
-class WithBytes(Dataset):
+class WithBytes(Dataset[tuple[torch.Tensor, int, int]]):
     """(x, label, bytes read) for the training loop's read throughput. Counted in the process
     that reads (a data-loader worker), and carried back with the batch: a counter in the
     dataset object would stay in the worker."""
 
-    def __init__(self, ds: Dataset):
+    def __init__(self, ds: Split) -> None:
         self.ds = ds
 
     def __len__(self) -> int:
         return len(self.ds)
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int, int]:
         x, y = self.ds[i]
         return x, y, sample_bytes(self.ds, i)
 
 
-def open_split(root: str, manifest: dict, split: str, *, train: bool, stem: str) -> Dataset:
+def open_split(root: str, manifest: dict[str, Any], split: str, *, train: bool, stem: str) -> Split:
     if manifest["format"] == "cifar-binary":
         return CifarBinary(root, manifest, split, train=train, min_size=MIN_SIZE[stem])
     return imagefolder(root, manifest, split, train=train)
 
 
-class ExactDistributedSampler(DistributedSampler):
+class ExactDistributedSampler(DistributedSampler[int]):
     """DistributedSampler without padding or dropping: every sample exactly once per epoch
     across the ranks, when the world size does not divide the dataset too.
 
@@ -156,14 +172,17 @@ class ExactDistributedSampler(DistributedSampler):
     all-reduce): MergedBatchSampler makes that so, as a one-image remainder joins the last
     batch. Evaluation sums (correct, seen) over the ranks, which needs no equal shards."""
 
-    def __init__(self, dataset, num_replicas: int, rank: int, shuffle: bool = True, seed: int = 0):
+    dataset: Split
+
+    def __init__(self, dataset: Split, num_replicas: int, rank: int, shuffle: bool = True, seed: int = 0) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=False)
         n = len(dataset)
         self.num_samples = len(range(rank, n, num_replicas))
         self.total_size = n
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         n = len(self.dataset)
+        order: list[int]
         if self.shuffle:
             g = torch.Generator()
             g.manual_seed(self.seed + self.epoch)
@@ -187,14 +206,16 @@ class MergedBatchSampler(BatchSampler):
     as many batches (n+1 only has one more when n is a multiple of the batch, and then
     that one image is merged), as long as no shard is empty."""
 
-    def __init__(self, sampler, batch_size: int):
+    sampler: SizedSampler
+
+    def __init__(self, sampler: SizedSampler, batch_size: int) -> None:
         super().__init__(sampler, batch_size, drop_last=False)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[list[int]]:
         if self.batch_size == 1:
             yield from super().__iter__()
             return
-        held = None
+        held: list[int] | None = None
         for batch in super().__iter__():  # only the last batch can be short
             if held is not None and len(batch) == 1:
                 batch, held = held + batch, None

@@ -18,6 +18,8 @@ import socket
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
+from typing import Any
 
 from bench_common import nccl_version_text
 
@@ -44,14 +46,14 @@ STALLED = ("timed out after {s} s: the all-reduce among this node's GPUs stalled
            "a virtualised PCIe: ask the cloud about PCI ACS/IOMMU for this flavor, or try NCCL_P2P_DISABLE=1)")
 
 
-def spawn_with_deadline(fn, args: tuple, nprocs: int, timeout_s: float) -> str:
+def spawn_with_deadline(fn: Callable[..., None], args: tuple[Any, ...], nprocs: int, timeout_s: float) -> str:
     """Run fn(rank, *args) in `nprocs` processes; "ok", the first error, or a time-out after
     which every process is killed."""
     import time
 
-    import torch.multiprocessing as mp
+    from torch.multiprocessing.spawn import start_processes
 
-    ctx = mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
+    ctx = start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
     deadline = time.monotonic() + timeout_s
     try:
         while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
@@ -72,7 +74,7 @@ def nccl_allreduce(world: int) -> str:
 
 
 def main() -> int:
-    record: dict = {"host": socket.gethostname()}
+    record: dict[str, Any] = {"host": socket.gethostname()}
     try:
         import torch
 

@@ -16,15 +16,16 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 NAME = re.compile(r"^rank(\d+)(?:-(.+))?\.json$")  # rank<r>-<host>.json
 
 
-def merge(directory: Path) -> dict:
+def merge(directory: Path) -> dict[str, Any]:
     found = sorted((int(m.group(1)), m.group(2) or "", f) for f in directory.iterdir() if (m := NAME.match(f.name)))
     if not found:
         raise SystemExit(f"no rank<r>-<host>.json in {directory}")
-    events: list[dict] = []
+    events: list[dict[str, Any]] = []
     for rank, host, f in found:
         trace = json.loads(f.read_text())
         events.append({"name": "process_name", "ph": "M", "pid": rank, "tid": 0,

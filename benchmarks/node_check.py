@@ -154,6 +154,8 @@ def memory_limit(cgroup: str = "/sys/fs/cgroup") -> int | None:
 
 def cpu_limit(cgroup: str = "/sys/fs/cgroup") -> float | None:
     """CPUs' worth of time the node's cgroup may use (a CFS quota), None where none is set."""
+    quota: str | None
+    period: str | None
     v2 = _first_line(f"{cgroup}/cpu.max")
     if v2:
         quota, _, period = v2.partition(" ")

@@ -28,10 +28,10 @@ from mpi4py import MPI
 TAG = 7
 
 
-def pair_latency(comm, a: int, b: int, iters: int, warmup: int) -> float | None:
+def pair_latency(comm: MPI.Comm, a: int, b: int, iters: int, warmup: int) -> float | None:
     """Median half round trip (us) between ranks a and b, seen from a; None elsewhere."""
     buf = np.zeros(2, dtype=np.float32)
-    times = []
+    times: list[float] = []
     for i in range(warmup + iters):
         if comm.rank == a:
             t0 = time.perf_counter()
@@ -45,7 +45,7 @@ def pair_latency(comm, a: int, b: int, iters: int, warmup: int) -> float | None:
     return statistics.median(times) if times else None
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)

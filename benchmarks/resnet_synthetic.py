@@ -49,7 +49,7 @@ MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 class BasicBlock(nn.Module):
     expansion = 1
 
-    def __init__(self, cin, width, stride=1, down=None):
+    def __init__(self, cin: int, width: int, stride: int = 1, down: nn.Module | None = None) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(cin, width, 3, stride, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(width)
@@ -57,16 +57,17 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(width)
         self.relu, self.downsample = nn.ReLU(inplace=True), down
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         idt = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
-        return self.relu(self.bn2(self.conv2(out)) + idt)
+        out: torch.Tensor = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)) + idt)
+        return out
 
 
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, cin, width, stride=1, down=None):
+    def __init__(self, cin: int, width: int, stride: int = 1, down: nn.Module | None = None) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(width)
@@ -76,15 +77,16 @@ class Bottleneck(nn.Module):
         self.bn3 = nn.BatchNorm2d(width * 4)
         self.relu, self.downsample = nn.ReLU(inplace=True), down
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         idt = x if self.downsample is None else self.downsample(x)
-        out = self.relu(self.bn1(self.conv1(x)))
+        out: torch.Tensor = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
-        return self.relu(self.bn3(self.conv3(out)) + idt)
+        out = self.relu(self.bn3(self.conv3(out)) + idt)
+        return out
 
 
 class ResNet(nn.Module):
-    def __init__(self, block, layers, num_classes=1000):
+    def __init__(self, block: type[BasicBlock | Bottleneck], layers: list[int], num_classes: int = 1000) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
         self.bn1, self.relu = nn.BatchNorm2d(64), nn.ReLU(inplace=True)
@@ -107,15 +109,17 @@ class ResNet(nn.Module):
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(self.avgpool(x), 1))
+        x = self.fc(torch.flatten(self.avgpool(x), 1))
+        return x
 
 
-ARCH = {"resnet18": (BasicBlock, [2, 2, 2, 2]), "resnet34": (BasicBlock, [3, 4, 6, 3]),
-        "resnet50": (Bottleneck, [3, 4, 6, 3]), "resnet101": (Bottleneck, [3, 4, 23, 3]),
-        "resnet152": (Bottleneck, [3, 8, 36, 3])}
+ARCH: dict[str, tuple[type[BasicBlock | Bottleneck], list[int]]] = {
+    "resnet18": (BasicBlock, [2, 2, 2, 2]), "resnet34": (BasicBlock, [3, 4, 6, 3]),
+    "resnet50": (Bottleneck, [3, 4, 6, 3]), "resnet101": (Bottleneck, [3, 4, 23, 3]),
+    "resnet152": (Bottleneck, [3, 8, 36, 3])}
 
 
 def build_model(name: str) -> tuple[nn.Module, str]:
@@ -127,7 +131,7 @@ def build_model(name: str) -> tuple[nn.Module, str]:
 
 
 # --- launch plumbing --------------------------------------------------------------
-def parse_args(argv=None):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="PyTorch Synthetic Benchmark",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--fp16-allreduce", action="store_true", help="fp16 compression of gradients (DDP comm hook)")
@@ -203,9 +207,9 @@ def place_rank(no_cuda: bool) -> Placement:
     return Placement(comm, comm.rank, comm.size, local.rank, hosts, cuda, device, gpus, cores)
 
 
-def versions(cuda: bool, hosts: list[str], impl: str, gpus: list[tuple[int, str | None]] | None = None) -> dict:
+def versions(cuda: bool, hosts: list[str], impl: str, gpus: list[tuple[int, str | None]] | None = None) -> dict[str, Any]:
     """The software and hardware record; `gpus`: every rank's gpu_inventory(), in rank order."""
-    v = {"python": platform.python_version(), "kernel": platform.release(), "torch": torch.__version__, "model_impl": impl,
+    v: dict[str, Any] = {"python": platform.python_version(), "kernel": platform.release(), "torch": torch.__version__, "model_impl": impl,
          "torchvision": getattr(sys.modules.get("torchvision"), "__version__", None) if tv_models else None,
          "mpi4py": __import__("mpi4py").__version__, "mpi": mpi_library(),
          "hosts": sorted(set(hosts)), "world_size": len(hosts)}
@@ -222,7 +226,7 @@ def versions(cuda: bool, hosts: list[str], impl: str, gpus: list[tuple[int, str 
     return v
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     comm, rank, size, local_rank, hosts, args.cuda, device, gpus, cores = place_rank(args.no_cuda)
     torch.set_num_threads(args.threads or max(1, cores))
@@ -240,7 +244,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)  # same initial weights everywhere; DDP broadcasts rank 0's anyway
     model, impl = build_model(args.model)
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
-    model = model.to(device, memory_format=fmt)
+    model = model.to(device, memory_format=fmt)  # type: ignore[call-overload]  # torch's overloads omit memory_format
     if dp:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if args.cuda else None)
@@ -255,7 +259,7 @@ def main(argv=None) -> int:
     amp_dtype = torch.float16 if args.cuda else torch.bfloat16
     scaler = torch.amp.GradScaler("cuda", enabled=args.amp and args.cuda)
 
-    def benchmark_step():
+    def benchmark_step() -> None:
         optimizer.zero_grad()
         with torch.autocast(device.type, dtype=amp_dtype, enabled=args.amp):
             loss = F.cross_entropy(model(data), target)
@@ -263,13 +267,13 @@ def main(argv=None) -> int:
         scaler.step(optimizer)
         scaler.update()
 
-    def progress(**fields) -> None:
+    def progress(**fields: Any) -> None:
         # Outside the timed work as far as it can be: one short line per batch, rank 0 only.
         if args.progress and rank == 0:
             print("PROGRESS " + json.dumps(fields), flush=True)
 
     def timed(n: int, phase: str, it: int = 0) -> float:
-        def run():
+        def run() -> None:
             for b in range(n):
                 benchmark_step()
                 progress(phase=phase, iter=it, batch=b + 1, batches=n)

@@ -26,6 +26,7 @@ import math
 import os
 import sys
 import time
+from typing import Any
 
 from bench_common import Heartbeat, beating_from_import, rendezvous
 
@@ -70,8 +71,9 @@ def steps_per_epoch(samples: int, world: int, batch: int) -> int:
     return batch_count(math.ceil(samples / world), batch)
 
 
-def warmup_steps(args, per_epoch: int) -> int:
-    return args.warmup_iters if args.warmup_iters is not None else round(args.warmup_epochs * per_epoch)
+def warmup_steps(args: argparse.Namespace, per_epoch: int) -> int:
+    steps: int = args.warmup_iters if args.warmup_iters is not None else round(args.warmup_epochs * per_epoch)
+    return steps
 
 
 def cpu_split(cores: int, cuda: bool, workers: int, threads: int) -> tuple[int, int]:
@@ -90,6 +92,7 @@ def make_model(name: str, stem: str, channels: int, classes: int) -> tuple[nn.Mo
     stem "cifar": a 3x3 stride-1 first conv and no max-pool, as He et al. do for CIFAR: the
     ImageNet stem would shrink 32 px to 8 before the first block (and 8 px digits to 2);
     this one keeps the resolution and downsamples 8x in all."""
+    model: Any  # its layers are read by name (torch types them as Tensor | Module)
     model, impl = build_model(name)
     if stem == "cifar":
         model.conv1 = nn.Conv2d(channels, 64, 3, 1, 1, bias=False)
@@ -115,7 +118,7 @@ def fraction(text: str) -> float:
     return v
 
 
-def parse_args(argv=None):
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="ResNet training on real data, to a target top-1",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--data", required=True, help="dataset folder (with dataset.json), e.g. /shared/datasets/cifar10")
@@ -158,7 +161,7 @@ def parse_args(argv=None):
     return args
 
 
-def with_defaults(args, manifest: dict):
+def with_defaults(args: argparse.Namespace, manifest: dict[str, Any]) -> argparse.Namespace:
     """Fill the flags not given from the dataset's training defaults."""
     for k, v in manifest.get("training", {}).items():
         if getattr(args, k, None) is None:
@@ -172,7 +175,7 @@ def with_defaults(args, manifest: dict):
 
 
 # --- checkpoints ----------------------------------------------------------------------
-def run_key(args, manifest: dict, world: int) -> dict:
+def run_key(args: argparse.Namespace, manifest: dict[str, Any], world: int) -> dict[str, Any]:
     """What a checkpoint must agree on to be continued: the same data, model and step."""
     return {"dataset": manifest["name"], "model": args.model, "stem": args.stem,
             "global_batch": args.batch_size * world, "base_lr": args.base_lr}
@@ -188,14 +191,14 @@ def checkpoint_to_resume(checkpoint_dir: str | None, resume: bool) -> str | None
     return None
 
 
-def save_checkpoint(path: str, state: dict) -> None:
+def save_checkpoint(path: str, state: dict[str, Any]) -> None:
     tmp = path + ".tmp"
     torch.save(state, tmp)
     os.replace(tmp, path)  # a run killed while saving leaves the previous checkpoint whole
 
 
-def load_checkpoint(path: str, key: dict) -> dict:
-    state = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data only: no code runs
+def load_checkpoint(path: str, key: dict[str, Any]) -> dict[str, Any]:
+    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain data only: no code runs
     if state.get("key") != key:
         raise SystemExit(f"{path} is from another run ({state.get('key')}, this one is {key}): "
                          "use another --checkpoint-dir or remove the checkpoint")
@@ -203,7 +206,7 @@ def load_checkpoint(path: str, key: dict) -> dict:
 
 
 # --- the run --------------------------------------------------------------------------
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     manifest = load_manifest(args.data)
     with_defaults(args, manifest)
@@ -223,7 +226,7 @@ def main(argv=None) -> int:
 
     last_progress = [0.0]
 
-    def progress(force: bool = False, **fields) -> None:
+    def progress(force: bool = False, **fields: Any) -> None:
         # at most two a second: a CIFAR epoch has hundreds of steps per rank
         if args.progress and rank == 0 and (force or time.monotonic() - last_progress[0] >= 0.5):
             last_progress[0] = time.monotonic()
@@ -256,13 +259,13 @@ def main(argv=None) -> int:
     ckpt = os.path.join(args.checkpoint_dir, CHECKPOINT) if args.checkpoint_dir else None
     # Every rank must make the same choice (one resuming alone would wait forever in the
     # first all-reduce): a checkpoint some ranks see and others do not is an error.
-    seen = comm.allgather(bool(ckpt) and os.path.exists(ckpt))
+    seen = comm.allgather(ckpt is not None and os.path.exists(ckpt))
     if any(seen) and not all(seen):
         raise SystemExit(f"{ckpt} is seen by ranks {[r for r, s in enumerate(seen) if s]} only: "
                          "put --checkpoint-dir on the shared dir")
     history, start_epoch, resumed_from = [], 0, None
-    if checkpoint_to_resume(args.checkpoint_dir, args.resume):
-        state = load_checkpoint(ckpt, key)
+    if resume_path := checkpoint_to_resume(args.checkpoint_dir, args.resume):  # ckpt, where it exists
+        state = load_checkpoint(resume_path, key)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
@@ -275,13 +278,13 @@ def main(argv=None) -> int:
     ddp = size > 1
     net = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if args.cuda else None) if ddp else model
 
-    def all_sum(values: list[float], op=dist.ReduceOp.SUM) -> list[float]:
+    def all_sum(values: list[float], op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> list[float]:
         t = torch.tensor(values, dtype=torch.float64, device=device)
         if ddp:
             dist.all_reduce(t, op=op)
         return t.tolist()
 
-    def train_step(x, y):
+    def train_step(x: torch.Tensor, y: torch.Tensor) -> float:
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=amp_dtype, enabled=args.amp):
             loss = F.cross_entropy(net(x), y)
@@ -290,7 +293,7 @@ def main(argv=None) -> int:
         scaler.update()
         return loss.item()  # waits for the step: the next batch's wait is the loader's alone
 
-    def train_epoch(epoch: int) -> dict:
+    def train_epoch(epoch: int) -> dict[str, Any]:
         """Over all ranks: seconds (the slowest rank's; the clock includes waiting for data),
         images, mean loss, the seconds a rank waited for the loader (mean over ranks) and the
         dataset bytes read."""
@@ -350,6 +353,8 @@ def main(argv=None) -> int:
         The bare model, not DDP: DDP's forward may broadcast buffers, a collective that
         ranks with a different number of test batches would not all join."""
         model.eval()
+        correct: float
+        seen: float
         correct, seen = 0, 0
         t0 = time.perf_counter()
         for x, y in test_loader:

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 
 FIELD = re.compile(r"(\w+)=(\S*)")
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
@@ -72,7 +73,7 @@ class Follower:
     """Reads new whole lines of a file that another node may still be writing (over NFS:
     reopened at each poll, so the client sees the file's current size)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         self.path = Path(path)
         self.offset = 0
         self.partial = ""
@@ -105,7 +106,8 @@ def submit(script: str) -> str:
 
 
 def follow(job: str, *, poll_s: float, queue_timeout_s: float) -> int:
-    out = err = None
+    out: Follower | None = None
+    err: Follower | None = None
     submitted = time.monotonic()
     last_reason, last_said, running = None, -1e9, False
     while True:
@@ -134,7 +136,7 @@ def follow(job: str, *, poll_s: float, queue_timeout_s: float) -> int:
             for line in out.read(final=state in FINAL):
                 print(line, flush=True)
         if state in FINAL or not fields:
-            if err is not None and err.path != out.path:
+            if err is not None and out is not None and err.path != out.path:  # set together: out is there when err is
                 for line in err.read(final=True):
                     print(line, file=sys.stderr, flush=True)
             if not fields:
@@ -155,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     job = submit(args.script)
     print(f"slurm job {job} submitted ({args.script})", flush=True)
 
-    def cancel(signum, _frame):  # Ctrl-C on the caller's side, or its SSH session closing
+    def cancel(signum: int, _frame: FrameType | None) -> None:  # Ctrl-C on the caller's side, or its SSH session closing
         subprocess.run(["scancel", job])
         print(f"slurm job {job} cancelled (signal {signum})", file=sys.stderr, flush=True)
         raise SystemExit(128 + signum)

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -51,7 +52,7 @@ def finished(name: str) -> bool:
     return any((host.LXC_PATH / name / "upper/var/lib/cloud/instances").glob("*/boot-finished"))
 
 
-def boot_once(n: int, variant: str, work: Path) -> dict:
+def boot_once(n: int, variant: str, work: Path) -> dict[str, float]:
     # The user-data and host keys as `up` makes them, in a state dir of the bench's own.
     spec = ClusterSpec(name=CLUSTER, provider="local", nodes=n)
     state = ClusterState(work / "state", CLUSTER)
@@ -98,7 +99,7 @@ def main() -> None:
     a = ap.parse_args()
     counts = [int(x) for x in a.nodes.split(",")]
     image.ensure_base_image()
-    rows = []
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-boot-") as tmp:
         for rnd in range(1, a.rounds + 1):
             for n in counts:

@@ -25,6 +25,7 @@ def run(argv: list[str]) -> tuple[int, float, float, str, str]:
     t0 = last = time.monotonic()
     gap = 0.0
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None  # both PIPE
     lines = []
     for line in proc.stderr:
         now = time.monotonic()

@@ -65,7 +65,8 @@ def harness(model_name: str, batch: int, size: int, warmup: int, batches: int, i
            "--progress"]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     out = subprocess.run(cmd, text=True, capture_output=True, check=True, env=env).stdout
-    return json.loads(next(line for line in out.splitlines() if line.startswith("{")))["img_per_sec"]
+    rate: float = json.loads(next(line for line in out.splitlines() if line.startswith("{")))["img_per_sec"]
+    return rate
 
 
 def main() -> int:

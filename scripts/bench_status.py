@@ -26,7 +26,7 @@ import time
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+def timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
     t0 = time.perf_counter()
     p = subprocess.run(argv, capture_output=True, text=True, env=ENV)
     return time.perf_counter() - t0, p

@@ -19,23 +19,25 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 DEPLOYER = [sys.executable, "-m", "deployer"]
 
 
-def timed(args: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
+def timed(args: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
     t0 = time.perf_counter()
     p = subprocess.run([*DEPLOYER, *args], cwd=cwd, text=True, capture_output=True)
     return time.perf_counter() - t0, p
 
 
-def first_up_timings(cwd: Path) -> dict:
+def first_up_timings(cwd: Path) -> dict[str, Any]:
     """The cold `up`'s own timings.json (deployer/pipeline/timings.py): stages, roles, one line."""
     from deployer.pipeline import timings
     from deployer.pipeline.timings import summary
 
     run = sorted((cwd / ".deployer" / "benchup" / "runs").glob("*-up"))[0]
     rec = timings.read(run)
+    assert rec is not None  # the cold `up` just wrote it
     nodes = int(json.loads((cwd / ".deployer" / "benchup" / "spec.json").read_text())["spec"]["nodes"])
     top = ", ".join(f"{k} {v:.0f} s" for k, v in list(rec["ansible_roles_s"].items())[:4])
     return {**rec, "summary": f"{summary('up', nodes, rec)}; slowest roles: {top}"}
@@ -45,7 +47,7 @@ def best_of(args: list[str], cwd: Path, n: int = 5) -> float:
     return min(timed(args, cwd)[0] for _ in range(n))
 
 
-def print_ratios(rows: list[dict]) -> None:
+def print_ratios(rows: list[dict[str, Any]]) -> None:
     """T(N)/T(1) within each round (a round starts at each N=1 row), then per N the median
     of the rounds' ratios with their range, and the median T(N)."""
     rounds: list[dict[int, float]] = []
@@ -55,8 +57,8 @@ def print_ratios(rows: list[dict]) -> None:
         rounds[-1][r["nodes"]] = r["up_s"]
     for i, rnd in enumerate(rounds, 1):
         if 1 in rnd:
-            ratios = ", ".join(f"T({n})/T(1) = {t / rnd[1]:.2f}" for n, t in rnd.items() if n != 1)
-            print(f"round {i}: " + ", ".join(f"T({n}) {t:.1f}s" for n, t in rnd.items()) + (f"; {ratios}" if ratios else ""))
+            ratio_text = ", ".join(f"T({n})/T(1) = {t / rnd[1]:.2f}" for n, t in rnd.items() if n != 1)
+            print(f"round {i}: " + ", ".join(f"T({n}) {t:.1f}s" for n, t in rnd.items()) + (f"; {ratio_text}" if ratio_text else ""))
     if len(rounds) > 1:
         for n in sorted({n for rnd in rounds for n in rnd}):
             times = [rnd[n] for rnd in rounds if n in rnd]

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from deployer.bench import profiles
 from deployer.bench import sweep as bench
@@ -21,10 +23,12 @@ from deployer.state import ClusterState
 
 
 class Recorder:
-    def __init__(self, inner: MasterRunner):
+    calls: list[dict[str, Any]]
+
+    def __init__(self, inner: MasterRunner) -> None:
         self.inner, self.calls = inner, []
 
-    def run(self, cmd, *, timeout, on_line=None):
+    def run(self, cmd: str, *, timeout: float, on_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
         rc, out, err = self.inner.run(cmd, timeout=timeout, on_line=on_line)
         self.calls.append({"cmd": cmd, "rc": rc, "stdout": out, "stderr": err})
         return rc, out, err
@@ -33,6 +37,7 @@ class Recorder:
 def main(state_dir: str, name: str, dest: str) -> None:
     st = ClusterState(Path(state_dir), name)
     cluster = st.cluster()
+    assert cluster is not None, f"no cluster in {state_dir}"
     opts = profiles.make_options(cluster, nodes="1,2", model="resnet18", image_size=32, batch_size=8, num_iters=2,
                               num_batches_per_iter=3, num_warmup_batches=1, allreduce_max="64K", via="slurm")
     rec = Recorder(MasterRunner(st, cluster))
