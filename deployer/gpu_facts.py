@@ -397,7 +397,8 @@ def dcgm_json_results(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
                 # DCGM 4.x fails its software test where persistence mode is off (error 29).
                 # The GPUs work (each CUDA start pays the driver's set-up): a warning with
                 # DCGM's fix, not a failed node; images and drivers often ship with it off.
-                status, text = "warn", text + " (a warning here: the GPUs work without it)"
+                status = "warn"
+                text = " ".join([f"Warn{where}", *said]) + " (DCGM says Fail; a warning here: the GPUs work without it)"
             out.append((str(test.get("name", "?")), status, text))
     return out
 

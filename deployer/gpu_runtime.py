@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import asdict, dataclass, replace
 from functools import cache
@@ -97,7 +98,9 @@ def compute_cap(gpu: Gpu) -> str:
     if gpu.compute_cap and gpu.compute_cap.strip() not in ("", "[N/A]", "N/A"):
         return gpu.compute_cap.strip()
     for entry in matrix()["compute_capability_by_name"]:
-        if entry["name"].lower() in gpu.name.lower():
+        # The model as a word of the name: "A10" in "NVIDIA A10G" but not in "A100", "H200"
+        # not in "GH200", "A30" not in "RTX A3000" (letters may follow: A10G, L40S).
+        if re.search(rf"(?<![a-z0-9]){re.escape(entry['name'].lower())}(?![0-9])", gpu.name.lower()):
             cc: str = entry["cc"]
             return cc
     raise NoFit(
@@ -108,8 +111,12 @@ def compute_cap(gpu: Gpu) -> str:
 
 
 def min_driver(cuda: str) -> str:
-    driver: str = matrix()["cuda_min_driver"][cuda.split(".")[0]]
-    return driver
+    known: dict[str, str] = matrix()["cuda_min_driver"]
+    major = cuda.split(".")[0]
+    if major not in known:
+        raise NoFit(f"CUDA {cuda}: its minimum driver is not in deployer/gpu_runtime.yaml (cuda_min_driver knows CUDA "
+                    f"{', '.join(sorted(known, key=int))}); add it there from NVIDIA's CUDA release notes")
+    return known[major]
 
 
 def driver_ok(driver: str, cuda: str) -> bool:

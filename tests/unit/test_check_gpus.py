@@ -188,8 +188,9 @@ def test_dcgm_json_reports_of_both_formats(fixture, want):
     assert {s: sum(1 for _, x, _ in results if x == s) for s in want} == want and len(results) == sum(want.values())
     for test, status, said in results:
         if status == "warn":
-            assert test == "software" and said.startswith("Fail - GPU: 0 Persistence Mode: Persistence mode for GPU 0 is "
+            assert test == "software" and said.startswith("Warn - GPU: 0 Persistence Mode: Persistence mode for GPU 0 is "
                                                           "disabled. Enable persistence mode by running")
+            assert said.endswith("(DCGM says Fail; a warning here: the GPUs work without it)")
 
 
 def test_a_failed_dcgm_json_test_fails_the_node_with_dcgms_words():
@@ -206,10 +207,10 @@ def test_a_failed_dcgm_json_test_fails_the_node_with_dcgms_words():
     node = NodeReport("a", [Finding("dcgm", "pass", "answered", {"level": 2, "text": text})])
     analyse.dcgm([node])
     assert node.verdict == "fail"
-    assert node.reason() == ("dcgm: software: Fail - GPU: 0 Persistence Mode: Persistence mode for GPU 0 is disabled. Enable "
-                             "persistence mode by running \"nvidia-smi -i <gpuId> -pm 1 \" as root. (a warning here: the GPUs "
-                             "work without it); memory: Fail - GPU: 0 GPU 0 Thermal violations totaling 13.3 seconds started "
-                             "at 9.7 seconds into the test for GPU 0")
+    assert node.reason() == ("dcgm: software: Warn - GPU: 0 Persistence Mode: Persistence mode for GPU 0 is disabled. Enable "
+                             "persistence mode by running \"nvidia-smi -i <gpuId> -pm 1 \" as root. (DCGM says Fail; a warning "
+                             "here: the GPUs work without it); memory: Fail - GPU: 0 GPU 0 Thermal violations totaling 13.3 "
+                             "seconds started at 9.7 seconds into the test for GPU 0")
     assert [t["status"] for t in node.findings[0].value["tests"]] == ["warn", "fail", "pass"]
 
 

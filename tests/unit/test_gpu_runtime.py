@@ -136,3 +136,27 @@ def test_docs_table_lists_every_build_of_the_matrix():
     for r in gpu_runtime.matrix()["releases"]:
         for b in r["builds"]:
             assert (r["torch"], b["variant"]) in rows, f"docs/gpu.md lacks torch {r['torch']} {b['variant']}"
+
+
+@pytest.mark.parametrize("name, cc", [
+    ("NVIDIA A10G", "8.6"),  # not the A100 entry's
+    ("NVIDIA A100-SXM4-40GB", "8.0"),
+    ("NVIDIA GH200 480GB", "9.0"),
+    ("NVIDIA L40S", "8.9"),
+    ("NVIDIA L4", "8.9"),
+    ("Tesla T4", "7.5"),
+])
+def test_a_gpu_without_compute_cap_is_known_by_its_models_word(name, cc):
+    assert gpu_runtime.compute_cap(Gpu(name=name, driver="470.82.01", compute_cap="[N/A]")) == cc
+
+
+def test_a_model_inside_a_longer_number_is_not_that_model():
+    # "A30" is in "RTX A3000", "T4" would be in "RTX 4000"'s neighbours: a word, or nothing.
+    with pytest.raises(NoFit, match="cannot tell the compute capability of 'NVIDIA RTX A3000'"):
+        gpu_runtime.compute_cap(Gpu(name="NVIDIA RTX A3000", driver="470.82.01", compute_cap=""))
+
+
+def test_a_cuda_major_the_table_lacks_is_one_line_not_a_key_error():
+    assert gpu_runtime.min_driver("12.8") == "525.60.13"
+    with pytest.raises(NoFit, match=r"CUDA 14\.0: its minimum driver is not in deployer/gpu_runtime.yaml .*11, 12, 13"):
+        gpu_runtime.min_driver("14.0")
