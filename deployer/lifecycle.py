@@ -23,6 +23,7 @@ from .origin import origin_of
 from .pipeline import boot, drift, inventory, rekey, timings
 from .pipeline.readiness import wait_for_boot
 from .providers import get_provider
+from .providers.base import Provider
 from .records import Lifetime, Origin
 from .spec import ClusterSpec
 from .state import ClusterState, new_cluster_id
@@ -277,7 +278,7 @@ def _count(names: list[str], cluster: Cluster) -> str:
     return f"all {len(names)} node(s)" if len(names) == len(cluster.nodes) else ", ".join(sorted(names))
 
 
-def _repair(provider: Any, spec: ClusterSpec, state: ClusterState, env: dict[str, str]) -> tuple[list[str], list[str]]:
+def _repair(provider: Provider, spec: ClusterSpec, state: ClusterState, env: dict[str, str]) -> tuple[list[str], list[str]]:
     """Observe the recorded nodes and bring back what is stopped or gone (a host reboot,
     a container or VM deleted by hand). Returns (started, to be recreated by Terraform)."""
     cluster = state.cluster()

@@ -35,6 +35,7 @@ from . import datasets
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
+    from ..state import ClusterState
 
 PROGRESS_EVERY_S = 5.0
 
@@ -85,7 +86,7 @@ def folder_bytes(src: Path) -> int:
     return sum(p.stat().st_size for p in src.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def push_folder(state: Any, cluster: Cluster, runner: MasterRunner, src: Path, name: str,
+def push_folder(state: ClusterState, cluster: Cluster, runner: MasterRunner, src: Path, name: str,
                 manifest: dict[str, Any], total: int) -> None:
     """src (less any dataset.json) -> <shared>/datasets/<name>.partial on the master, through
     the cluster's ssh_config; then renamed to <name> and the manifest written last."""
@@ -132,7 +133,7 @@ def _summary(m: dict[str, Any], dest: str, fresh: bool) -> dict[str, Any]:
             "classes": len(m["classes"]), "train": m["splits"]["train"]["samples"], "test": m["splits"]["test"]["samples"]}
 
 
-def fetch(state: Any, cluster: Cluster, name: str, *, force: bool = False) -> dict[str, Any]:
+def fetch(state: ClusterState, cluster: Cluster, name: str, *, force: bool = False) -> dict[str, Any]:
     ds = datasets.resolve(name)  # an unknown name: exit 2 listing the known ones, before any connection
     if ds.archive is None and ds.name != "digits":
         raise UsageError(f"{ds.name} is not freely downloadable: get it under its licence as a folder "
@@ -168,7 +169,7 @@ def fetch(state: Any, cluster: Cluster, name: str, *, force: bool = False) -> di
     return _summary(m, dest, True)
 
 
-def import_(state: Any, cluster: Cluster, path: Path, name: str | None, *, force: bool = False) -> dict[str, Any]:
+def import_(state: ClusterState, cluster: Cluster, path: Path, name: str | None, *, force: bool = False) -> dict[str, Any]:
     """Copy a user's dataset folder to the cluster: a folder with a dataset.json (checked
     first), or an ImageFolder tree (train/<class>/..., val/<class>/...) given --as."""
     src = Path(path).expanduser()

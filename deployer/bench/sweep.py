@@ -60,6 +60,7 @@ from .rank_watch import HEARTBEAT_S, QUIET_S, run_watched
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
+    from ..state import ClusterState
 
 
 def cluster_record(cluster: Cluster) -> dict[str, Any]:
@@ -276,7 +277,7 @@ def run_bench(runner: Runner, cluster: Cluster, opts: BenchOptions, run_id: str,
 Sweep = Callable[[Runner, "Cluster", Any, str, Path], dict[str, Any]]
 
 
-def run_on_cluster(state: Any, cluster: Cluster, opts: Launch, sweep: Sweep | None = None) -> dict[str, Any]:
+def run_on_cluster(state: ClusterState, cluster: Cluster, opts: Launch, sweep: Sweep | None = None) -> dict[str, Any]:
     """A sweep on the master (run_bench, or training.run_train for --data), under the
     cluster's bench lock (one benchmark at a time); on Ctrl-C no rank is left running on any node."""
     from ..remote import MasterRunner
@@ -294,7 +295,7 @@ def run_on_cluster(state: Any, cluster: Cluster, opts: Launch, sweep: Sweep | No
             raise
 
 
-def push_results(state: Any, cluster: Cluster, report: dict[str, Any]) -> bool:
+def push_results(state: ClusterState, cluster: Cluster, report: dict[str, Any]) -> bool:
     """The report -> the Pushgateway on the master, through an SSH tunnel (-> Grafana's
     Benchmarks dashboard). A failure is a warning: the results are in the state dir."""
     from ..credentials import pushgateway_login

@@ -39,6 +39,7 @@ from .progress import RunProgress
 if TYPE_CHECKING:
     from ..cluster import Cluster
     from ..remote import Runner
+    from ..state import ClusterState
 
 SCRIPT = "resnet_train.py"
 NO_MANIFEST = "deployer: no dataset manifest"
@@ -236,7 +237,7 @@ def storage_during(session: bench.Session, cluster: Cluster, runs: list[tuple[in
         ui.info(f"  shared storage reads: {note}")
 
 
-def run_on_cluster(state: Any, cluster: Cluster, opts: TrainOptions) -> dict[str, Any]:
+def run_on_cluster(state: ClusterState, cluster: Cluster, opts: TrainOptions) -> dict[str, Any]:
     """The training sweep on the master, as bench.run_on_cluster runs the synthetic one."""
     return bench.run_on_cluster(state, cluster, opts, sweep=run_train)
 
