@@ -9,10 +9,11 @@ PY := $(VENV)/bin/python
 NODES ?= 3
 # Debian packages the local provider, the benchmarks and the tests call (Chromium: the
 # notebook test drives the system browser; nothing is downloaded by Selenium; MariaDB and
-# RabbitMQ: the test cloud's database and broker, started by the tests on 127.0.0.1).
+# RabbitMQ: the test cloud's database and broker, started by the tests on 127.0.0.1; qemu-utils:
+# its Cinder inspects an image with qemu-img when it makes a volume from one).
 APT_PACKAGES := lxc debootstrap nftables iproute2 openssh-client openmpi-bin libopenmpi-dev iperf3 cloud-init \
                 prometheus prometheus-pushgateway prometheus-node-exporter pciutils python3-venv \
-                openssh-server chromium chromium-driver mariadb-server rabbitmq-server
+                openssh-server chromium chromium-driver mariadb-server rabbitmq-server qemu-utils
 
 # The emulated VMs' tools (tests/vm): QEMU's system emulator without its GUI recommends.
 VM_PACKAGES := qemu-system-x86 qemu-utils genisoimage

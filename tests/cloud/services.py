@@ -200,12 +200,17 @@ class Configs:
             "DEFAULT": {**self.common("cinder"), "auth_strategy": "keystone", "api_paste_config": paste, "my_ip": "127.0.0.1",
                         "host": "testcloud-volume", "enabled_backends": "fake", "default_volume_type": "__DEFAULT__",
                         "osapi_volume_workers": 1},
-            "fake": {"volume_driver": "cinder.tests.fake_driver.FakeLoggingVolumeDriver", "volume_backend_name": "fake"},
+            # plugins/deployer_testcloud/volume.py: the fake driver, each volume a sparse file
+            "fake": {"volume_driver": "deployer_testcloud.volume.FileBackedFakeDriver", "volume_backend_name": "fake"},
             "database": {"connection": self.db("cinder")},
             "keystone_authtoken": self.authtoken(service_type="block-storage"),
             "nova": self.service_auth(),
             "oslo_concurrency": {"lock_path": self.run / "cinder" / "locks"},
             "coordination": {"backend_url": f"file://{self.run / 'cinder' / 'coordination'}"},
+            # A volume made from an image (a node booted from a volume) is inspected with
+            # qemu-img through oslo.privsep, whose default helper is `sudo privsep-helper`:
+            # the test cloud runs as root with no sudo, so the venv's helper is named.
+            "cinder_sys_admin": {"helper_command": f"{VENV / 'bin/privsep-helper'} --config-file {self.run / 'etc' / 'cinder.conf'}"},
         })
 
 

@@ -7,7 +7,7 @@ Nothing of it is a recording: every request the deployer sends is answered by th
 services' own code, policies and database. What it has no hardware for is replaced where
 the services themselves allow it (plugins/: the virt driver reports a GPU-like child
 provider, the ML2 driver binds ports without an agent; Cinder's fake driver keeps
-volumes in its database).
+volumes in its database, each a sparse file so one can be made from an image).
 
     python -m tests.cloud.testcloud start   # prints the clouds.yaml path; `make cloud`
     python -m tests.cloud.testcloud stop
