@@ -200,8 +200,8 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         if rekeyed:
             ui.ok(f"ssh: a fresh host key made on {_count(rekeyed, cluster)} and pinned; the one in the user-data opens nothing now")
             inv = inventory.write(cluster, spec, state)
-            fingerprint = _fingerprint(inv, spec, state)
-            plan = drift.configure_plan(cluster, state.configured(), fingerprint, reconfigure=reconfigure)
+            fingerprint = _fingerprint(inv, spec, state)  # what the configured record keeps
+            plan = drift.with_new_host_keys(plan, cluster, rekeyed)
         if not plan.why:
             # Same machines, same inventory, same roles as the last successful run: Ansible
             # would find nothing to do. The smoke check below still proves the cluster works.

@@ -90,3 +90,14 @@ def test_node_states_before_any_configuration_say_so():
 def test_remaining_lists_every_existing_thing():
     seen = Observation(nodes={"a": Machine("running"), "b": Machine("missing"), "c": Machine("stopped")}, extra=["d"], other=["bridge x"])
     assert seen.remaining() == ["node a", "node c", "node d", "bridge x"]
+
+
+def test_a_replaced_worker_with_its_own_new_host_key_configures_every_node():
+    # rekey.py gave the new server a host key of its own: every node's known_hosts learns it.
+    plan = drift.with_new_host_keys(drift.configure_plan(CLUSTER, record(demo_worker_2="old"), "F"), CLUSTER, ["demo-worker-2"])
+    assert plan.every_node and sorted(plan.why) == NAMES
+    assert plan.describe() == "all 3 node(s) (a node's new host key is pinned on every node)"
+    unchanged = drift.configure_plan(CLUSTER, record(), "F")
+    assert drift.with_new_host_keys(unchanged, CLUSTER, []) is unchanged
+    everyone = drift.configure_plan(CLUSTER, None, "F")
+    assert drift.with_new_host_keys(everyone, CLUSTER, NAMES).describe() == "all 3 node(s) (first configuration)"
