@@ -49,11 +49,19 @@ def _fingerprint(inv_path: Path, spec: ClusterSpec, state: ClusterState) -> str:
     """What Ansible's result depends on: the inventory, the spec, every role/benchmark file
     and the secrets the roles install (a certificate or login made anew must reach the master)."""
     import hashlib
+    import json
+
+    import yaml
 
     from . import gpu_runtime
     from .paths import assets_root
 
-    h = hashlib.sha256(inv_path.read_bytes())
+    # The inventory without the nodes' host keys: a key changes when a node gets its own
+    # (rekey.py), which drift.with_new_host_keys plans for with its reason.
+    inv = yaml.safe_load(inv_path.read_text())
+    for host in (inv.get("all", {}).get("hosts") or {}).values():
+        host.pop("deployer_host_keys", None)
+    h = hashlib.sha256(json.dumps(inv, sort_keys=True).encode())
     # The lifetime is the controller's business (and the servers' metadata), not the nodes'.
     h.update(spec.model_dump_json(exclude={"ttl"}).encode())
     root = assets_root()

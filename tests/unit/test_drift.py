@@ -101,3 +101,27 @@ def test_a_replaced_worker_with_its_own_new_host_key_configures_every_node():
     assert drift.with_new_host_keys(unchanged, CLUSTER, []) is unchanged
     everyone = drift.configure_plan(CLUSTER, None, "F")
     assert drift.with_new_host_keys(everyone, CLUSTER, NAMES).describe() == "all 3 node(s) (first configuration)"
+
+
+def test_the_fingerprint_leaves_out_host_keys_and_nothing_else_of_the_inventory(tmp_path):
+    # A node's own host key (rekey.py) is planned for by with_new_host_keys, with its reason;
+    # anything else in the inventory changes the fingerprint (every node configured).
+    import yaml
+
+    from deployer import lifecycle
+    from deployer.spec import ClusterSpec
+    from deployer.state import ClusterState
+
+    st = ClusterState(tmp_path / "state", "demo")
+    inv = {"all": {"hosts": {"demo-master": {"private_ip": "10.0.0.10", "deployer_host_keys": ["ssh-ed25519 A"]}}}}
+    path = tmp_path / "hosts.yml"
+
+    def fingerprint(data):
+        path.write_text(yaml.safe_dump(data))
+        return lifecycle._fingerprint(path, ClusterSpec(), st)
+
+    first = fingerprint(inv)
+    inv["all"]["hosts"]["demo-master"]["deployer_host_keys"] = ["ssh-ed25519 B"]
+    assert fingerprint(inv) == first
+    inv["all"]["hosts"]["demo-master"]["private_ip"] = "10.0.0.11"
+    assert fingerprint(inv) != first
