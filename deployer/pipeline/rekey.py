@@ -45,11 +45,13 @@ cat {key}.next.pub"""
 
 
 def swap_script(key: str, reload: str) -> str:
-    """As root: the new key in place of the bootstrap one, and sshd told."""
+    """As root: the new key in place of the bootstrap one, and sshd told. Run again after a
+    dropped connection, it only tells sshd again (the proof then says whether it took)."""
     return f"""set -e
-test -s {key}.next
-mv -f {key}.next.pub {key}.pub
-mv -f {key}.next {key}
+if [ -s {key}.next ]; then
+  mv -f {key}.next.pub {key}.pub
+  mv -f {key}.next {key}
+fi
 {reload}"""
 
 
@@ -69,7 +71,7 @@ def rotate(state: "ClusterState", cluster: Cluster) -> list[str]:
         with records:
             write_pinned(state, node, new, pending=True)
             write_access(state, cluster)  # bootstrap and new key both accepted from here on
-        _root(state, node, swap_script(KEY, RELOAD), "swap in the new host key")
+        _root(state, node, swap_script(KEY, RELOAD), "swap in the new host key", tries=3)
         with records:  # the new key alone, for the proof
             write_pinned(state, node, new)
             write_access(state, cluster)
@@ -87,9 +89,14 @@ def rotate(state: "ClusterState", cluster: Cluster) -> list[str]:
             bootstrap.with_suffix(".pub").unlink(missing_ok=True)
         return node.name
 
-    with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
-        futures = [pool.submit(one, n) for n in todo]
-        done = [f.result() for f in futures]
+    # The master first, alone: every connection to a worker hops through it, and one made
+    # while its sshd reloads is dropped ("Connection closed by UNKNOWN port 65535", seen).
+    done = [one(n) for n in todo if n.is_master]
+    workers = [n for n in todo if not n.is_master]
+    if workers:
+        with ThreadPoolExecutor(max_workers=min(16, len(workers))) as pool:
+            futures = [pool.submit(one, n) for n in workers]
+            done += [f.result() for f in futures]
     return done
 
 
