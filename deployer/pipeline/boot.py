@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from ..credentials import write_secret
 from ..errors import UsageError
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def read_pinned(state: "ClusterState", node: "Node", *, pending: bool = False) -
 def write_pinned(state: "ClusterState", node: "Node", key: str, *, pending: bool = False) -> None:
     """Pin `key` for this server, or (`pending`) accept it beside the keys accepted already."""
     keys = [*read_pinned(state, node, pending=True), key] if pending else [key]
-    _write_private(pinned_path(state, node.name, pending=pending), json.dumps({"server": node.id, "keys": keys}) + "\n")
+    write_secret(pinned_path(state, node.name, pending=pending), (json.dumps({"server": node.id, "keys": keys}) + "\n").encode())
 
 
 def accepted_keys(state: "ClusterState", node: "Node") -> list[str]:
@@ -291,14 +292,4 @@ def _quote(path: Path) -> str:
 def write_access(state: "ClusterState", cluster: Cluster) -> None:
     """known_hosts and ssh_config for `cluster`, written (0600) before any SSH to it."""
     for path, text in ((state.known_hosts, known_hosts(state, cluster)), (state.ssh_config, ssh_config(state, cluster))):
-        _write_private(path, text)
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Written whole (a reader sees the old file or the new one), 0600."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    tmp.replace(path)
+        write_secret(path, text.encode())

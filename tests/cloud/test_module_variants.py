@@ -22,6 +22,7 @@ from deployer.records import Lifetime
 from deployer.state import ClusterState
 
 from .test_module_apply import _needs_the_built_provider, cluster_id, deployer, nothing_left, servers, state_dir, write_spec
+from .test_teardown_credential import _clouds_with_credential
 
 pytestmark = pytest.mark.cloud
 __all__ = ["_needs_the_built_provider", "deployer"]  # fixtures, shared with test_module_apply
@@ -120,15 +121,10 @@ def test_the_masters_credential_deletes_the_servers_then_gc_the_rest(own_project
     assert life is not None
     st.write_lifetime(Lifetime(ttl=life.ttl, set_at=life.set_at, expires_at=past))
 
-    clouds = yaml.safe_load(os_env.read_text())
-    clouds["clouds"]["teardown"] = {
-        "auth_type": "v3applicationcredential", "region_name": "RegionOne", "identity_api_version": 3,
-        "auth": {"auth_url": test_cloud.auth_url, "application_credential_id": record["id"],
-                 "application_credential_secret": record["secret"]}}
-    os_env.write_text(yaml.safe_dump(clouds))
+    entry = _clouds_with_credential(os_env, test_cloud, record)
     master = found[f"{c}-master"]
     workers = ",".join(s.id for n, s in found.items() if n != f"{c}-master")
-    assert teardown_main(["--cloud", "teardown", "--cluster", c, "--cluster-id", cid, "--server-id", master.id,
+    assert teardown_main(["--cloud", entry, "--cluster", c, "--cluster-id", cid, "--server-id", master.id,
                           "--workers", workers]) == 0
     for s in found.values():
         conn.compute.wait_for_delete(s, wait=120)
