@@ -129,7 +129,7 @@ class Heartbeat:
     """`HEARTBEAT {"rank": r, "step": s}` every `every_s` seconds from a thread of its own,
     with the step the rank's main thread last set. A rank blocked in a collective keeps
     beating (its thread runs); a stopped or frozen process does not: the rank that falls
-    silent is the one that hangs (deployer/bench/rank_watch.py names it)."""
+    silent is the one that hangs (deployer/launch/rank_watch.py names it)."""
 
     def __init__(self, rank: int, every_s: float = 1.0, step: str = "start") -> None:
         import threading

@@ -83,14 +83,15 @@ if str(ROOT) not in sys.path:  # deployer from this checkout: nothing needs inst
     sys.path.insert(0, str(ROOT))
 
 # Standard library only, all of them (checked: their module-level imports).
-from deployer.bench.commands import cleanup_cmd, hostfiles_cmd, mpirun_cmd, mpirun_line, parse_json_line, resnet_args  # noqa: E402
-from deployer.bench.failure import diagnose, untag  # noqa: E402
+from deployer.bench.commands import hostfiles_cmd, mpirun_cmd, resnet_args  # noqa: E402
 from deployer.bench.profiles import BenchOptions, make_options  # noqa: E402
-from deployer.bench.rank_watch import HEARTBEAT_S, QUIET_S, run_watched  # noqa: E402
 from deployer.check import analyse, cluster_checks  # noqa: E402
 from deployer.check.model import Finding, NodeReport  # noqa: E402
 from deployer.cluster import Cluster, Node  # noqa: E402
 from deployer.errors import OperationFailed  # noqa: E402
+from deployer.launch.failure import diagnose, untag  # noqa: E402
+from deployer.launch.mpirun import cleanup_cmd, mpirun_line, parse_json_line  # noqa: E402
+from deployer.launch.rank_watch import HEARTBEAT_S, QUIET_S, run_watched  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "gpu"
 BENCHMARKS = ROOT / "benchmarks"

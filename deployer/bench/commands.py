@@ -1,20 +1,18 @@
-"""The shell command strings a sweep runs on the master, and the parsers of what they
-print. Pure functions of the options: the same strings are saved to commands.sh beside
-the results (deployer/bench/sweep.py), so each run can be repeated by hand."""
+"""The shell command strings a sweep runs on the master: pure functions of the options.
+The same strings are saved to commands.sh beside the results (deployer/bench/sweep.py), so
+each run can be repeated by hand. The mpirun line, the stop and the iperf3 pairs are
+deployer/launch/'s, shared with `deployer check`."""
 
 from __future__ import annotations
 
-import json
 import math
-import shlex
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..errors import OperationFailed
-from .failure import untag
+from ..launch.mpirun import cleanup_cmd, mpirun_line
 from .profiles import GPU_DEFAULTS
 
 if TYPE_CHECKING:
-    from ..cluster import Cluster, Node
+    from ..cluster import Cluster
     from .profiles import BenchOptions, Launch
 
 
@@ -47,26 +45,10 @@ def nccl_env(cluster: Cluster, run_id: str) -> dict[str, str]:
 
 def mpirun_cmd(cluster: Cluster, run_id: str, n: int, timeout_s: int, script: str, args: list[str]) -> str:
     np_ = len(cluster.rank_nodes(n))
-    # why these flags: --bind-to none lets torch use every core of a node (Open MPI
-    # binds to one core by default for np <= 2); -x carries the login shell's PATH
-    # (the training env's python) and the socket interface to every rank; an unset
-    # name is only a warning. timeout --kill-after bounds a hung rank.
-    # --tag-output prefixes each line with its rank, so a failure names the rank that died.
-    # On GPU nodes -x NAME=value also sets NCCL's warning log for every rank: a file per
-    # process in the run dir, so a warning on a worker is not lost in rank 0's stdout.
+    # mpirun_line says why each flag; on GPU nodes every rank also gets NCCL's warning log:
+    # a file per process in the run dir, so a warning on a worker is not lost in rank 0's stdout.
     return mpirun_line(cluster, f"{run_dir(cluster, run_id)}/hostfile.{n}", np_, timeout_s, script, args,
                        env=nccl_env(cluster, run_id))
-
-
-def mpirun_line(cluster: Cluster, hostfile: str, np_: int, timeout_s: int, script: str, args: list[str], *,
-                map_by: str = "slot", env: dict[str, str] | None = None) -> str:
-    """The mpirun of one benchmark script (mpirun_cmd says why each flag); `env`: NAME=value
-    every rank gets."""
-    root = " --allow-run-as-root" if cluster.ssh_user == "root" else ""
-    extra = "".join(f" -x {k}={v}" for k, v in (env or {}).items())
-    return (f"timeout --kill-after=30 {timeout_s} mpirun{root} --tag-output --hostfile {hostfile}"
-            f" -np {np_} --map-by {map_by} --bind-to none -x PATH -x GLOO_SOCKET_IFNAME -x NCCL_SOCKET_IFNAME{extra}"
-            f" python {cluster.shared_dir}/benchmarks/{script} " + " ".join(args))
 
 
 # --- --via slurm: one sbatch job per run -------------------------------------------
@@ -151,61 +133,3 @@ def modes_at(opts: BenchOptions, n: int, top: int) -> list[str]:
 def allreduce_args(opts: BenchOptions) -> list[str]:
     return ["--json", "-b", opts.allreduce_min, "-e", opts.allreduce_max, "-f", "2",
             "--backend", opts.allreduce_backend]
-
-
-def iperf_cmd(worker_ip: str, bidir: bool = False) -> str:
-    ip = shlex.quote(worker_ip)
-    return (f"ssh -o BatchMode=yes {ip} iperf3 -s -1 -D && sleep 1 && "
-            f"timeout 30 iperf3 -c {ip} -J -t 3" + (" --bidir" if bidir else ""))
-
-
-def cleanup_cmd(cluster: Cluster, signal: str = "TERM") -> str:
-    """Every benchmark process on every node, signalled (KILL: a stopped process too,
-    which a TERM would leave pending)."""
-    shared = cluster.shared_dir.rstrip("/")
-    # why the brackets: the regex [/]shared/... matches the benchmark processes but not
-    # this command line (nor the shell running it), so pkill cannot kill itself.
-    pattern = f"[{shared[0]}]{shared[1:]}/benchmarks/"
-    sig = "" if signal == "TERM" else f"-{signal} "  # TERM: pkill's own default
-    remote = shlex.quote(f"pkill {sig}-f {shlex.quote(pattern)}")
-    hosts = " ".join(shlex.quote(n.private_ip) for n in cluster.nodes)
-    return f"for h in {hosts}; do ssh -o BatchMode=yes -o ConnectTimeout=5 $h {remote}; done; true"
-
-
-# --- parsing -----------------------------------------------------------------------
-def parse_json_line(stdout: str, what: str) -> dict[str, Any]:
-    """The last line of stdout that is a JSON object (rank 0's --json record)."""
-    for line in reversed(stdout.splitlines()):
-        line = untag(line)[2].strip()
-        if line.startswith("{"):
-            try:
-                record: dict[str, Any] = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            return record
-    raise OperationFailed(f"{what} printed no JSON result line")
-
-
-ALL_PAIRS_UP_TO = 8  # n(n-1)/2 pairs: 28 at 8 nodes, about 2 minutes; a ring beyond
-
-
-def net_pairs(cluster: Cluster) -> list[tuple[Node, Node]]:
-    """(src, dst) node pairs to measure: every pair up to 8 nodes, else a ring."""
-    nodes = cluster.nodes
-    if len(nodes) <= ALL_PAIRS_UP_TO:
-        return [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:]]
-    return [(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes))]
-
-
-def pair_cmd(src_ip: str, dst_ip: str) -> str:
-    """iperf3 from src to dst, typed on the master: a one-shot server on dst, the client on src."""
-    src, dst = shlex.quote(src_ip), shlex.quote(dst_ip)
-    return (f"ssh -o BatchMode=yes {dst} iperf3 -s -1 -D && sleep 1 && "
-            f"ssh -o BatchMode=yes {src} timeout 30 iperf3 -c {dst} -J -t 2")
-
-
-def parse_iperf(stdout: str) -> float:
-    """Gbit/s received, from iperf3 -J; with --bidir the slower of the two directions."""
-    end = json.loads(stdout[stdout.index("{"):])["end"]
-    rates: list[float] = [end[k]["bits_per_second"] for k in ("sum_received", "sum_received_bidir_reverse") if k in end]
-    return min(rates) / 1e9

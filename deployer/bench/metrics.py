@@ -3,7 +3,7 @@
 `deployer bench` calls push_bench_results() once per run. Every run is its own
 Pushgateway group (job="deployer_bench", run_id=<id>), so runs never overwrite each
 other and re-pushing a run replaces only that run. The Pushgateway takes only the
-deployer's basic-auth login (deployer/credentials.py); Prometheus gives every pushed
+deployer's basic-auth login (deployer/pushgateway.py); Prometheus gives every pushed
 series job="deployer_bench" whatever the push said, and keeps run_id; the Grafana
 "Benchmarks" dashboard (monitoring/grafana/dashboards/benchmarks.json) reads them.
 
@@ -30,29 +30,20 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
-from urllib.error import URLError
 
-from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
-from prometheus_client.exposition import basic_auth_handler, default_handler
+from prometheus_client import CollectorRegistry, Gauge
 
-from .. import ports
+from .. import pushgateway
 from ..credentials import Login
-from ..errors import OperationFailed
 
 JOB = "deployer_bench"
-PUSHGATEWAY_PORT = ports.pushgateway()
 PREFIX = "deployer_bench_"
 
 _LABEL_NAME = re.compile(r"[^a-zA-Z0-9_]")
 # Labels the Pushgateway or the grouping key own; a version key may not take them.
 _RESERVED = {"job", "instance", "run_id"}
-
-
-def gateway_url(host: str, port: int = PUSHGATEWAY_PORT) -> str:
-    """The Pushgateway's URL on a host (the master's private IP, or 127.0.0.1 through a tunnel)."""
-    return f"http://{host}:{port}"
 
 
 def _label(value: Any) -> str:
@@ -215,6 +206,11 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
     return reg
 
 
+def grouping_key(result: Mapping[str, Any]) -> dict[str, str]:
+    """Every run its own Pushgateway group: re-pushing a run replaces only that run."""
+    return {"run_id": str(result["run_id"])}
+
+
 def push_bench_results(gateway_url: str, result: dict[str, Any], *, login: Login | None = None, timeout: float = 10.0) -> None:
     """Push one run's results to the Pushgateway at `gateway_url` ("http://10.77.0.10:9091"),
     with `login` (basic auth) when given.
@@ -223,21 +219,5 @@ def push_bench_results(gateway_url: str, result: dict[str, Any], *, login: Login
     Raises OperationFailed (one line, no traceback) when the Pushgateway cannot be
     reached or refuses the push; ValueError when `result` has no run_id.
     """
-    push(gateway_url, JOB, bench_registry(result), {"run_id": str(result["run_id"])}, "benchmark results",
+    pushgateway.push(gateway_url, JOB, bench_registry(result), grouping_key(result), "benchmark results",
          login=login, timeout=timeout)
-
-
-def push(gateway_url: str, job: str, registry: CollectorRegistry, grouping_key: dict[str, str], what: str, *,
-         login: Login | None = None, timeout: float = 10.0) -> None:
-    """Replace the Pushgateway group (job, grouping_key) with `registry`'s series; one line
-    naming `what` when the Pushgateway cannot be reached or refuses it."""
-    handler = default_handler
-    if login is not None:
-        def handler(url: str, method: str, timeout: float | None, headers: list[tuple[str, str]],
-                    data: bytes) -> Callable[[], None]:  # prometheus_client's handler signature
-            return basic_auth_handler(url, method, timeout, headers, data, login.user, login.password)
-    try:
-        push_to_gateway(gateway_url, job=job, registry=registry, grouping_key=grouping_key, timeout=timeout, handler=handler)
-    except (URLError, OSError) as e:
-        reason = getattr(e, "reason", None) or e
-        raise OperationFailed(f"could not push {what} to the Pushgateway at {gateway_url}: {reason}") from None

@@ -31,32 +31,28 @@ from typing import TYPE_CHECKING, Any
 
 from .. import ui
 from ..errors import OperationFailed
+from ..launch.failure import diagnose, untag
+from ..launch.iperf import ALL_PAIRS_UP_TO, iperf_cmd, net_pairs, pair_cmd, parse_iperf
+from ..launch.mpirun import parse_json_line
+from ..launch.rank_watch import HEARTBEAT_S, QUIET_S, run_watched
 from ..remote import Runner
 from . import report as bench_report
 from .commands import (
-    ALL_PAIRS_UP_TO,
     allreduce_args,
     hostfiles_cmd,
-    iperf_cmd,
     job_name,
     modes_at,
     mpirun_cmd,
     nccl_env,
     nccl_logs_cmd,
-    net_pairs,
-    pair_cmd,
-    parse_iperf,
-    parse_json_line,
     resnet_args,
     run_dir,
     sbatch_script,
     stop_cmd,
     submit_cmd,
 )
-from .failure import diagnose, untag
 from .profiles import BenchOptions, Launch, cpu_sharing
 from .progress import RunProgress, SweepProgress
-from .rank_watch import HEARTBEAT_S, QUIET_S, run_watched
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -298,15 +294,12 @@ def run_on_cluster(state: ClusterState, cluster: Cluster, opts: Launch, sweep: S
 def push_results(state: ClusterState, cluster: Cluster, report: dict[str, Any]) -> bool:
     """The report -> the Pushgateway on the master, through an SSH tunnel (-> Grafana's
     Benchmarks dashboard). A failure is a warning: the results are in the state dir."""
-    from ..credentials import pushgateway_login
-    from ..remote import ssh_argv
-    from ..tunnel import open_tunnel
+    from ..pushgateway import push_to_master
     from . import metrics
 
-    master = cluster.master
     try:
-        with open_tunnel(ssh_argv(state, master), master.private_ip, metrics.PUSHGATEWAY_PORT) as port:
-            metrics.push_bench_results(f"http://127.0.0.1:{port}", report, login=pushgateway_login(state.secrets_dir))
+        push_to_master(state, cluster, metrics.JOB, metrics.bench_registry(report), metrics.grouping_key(report),
+                       "benchmark results")
     except (OperationFailed, OSError) as e:
         ui.warn(f"results not pushed to the Pushgateway ({e}); they are saved in the state dir")
         return False

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import ui
 from ..errors import OperationFailed, UsageError
+from ..launch.mpirun import parse_json_line
 from . import commands, datasets, profiles, storage_reads
 from . import report as bench_report
 from . import sweep as bench
@@ -189,7 +190,7 @@ def run_train(runner: Runner, cluster: Cluster, opts: TrainOptions, run_id: str,
         cmd = session.launch(name, n, SCRIPT, train_args(cluster, run_id, opts, n))
         with RunProgress(f"{n} node(s) train", target=opts.target_acc) as progress:
             out = session.remote(name, cmd, session.limit, on_line=progress, nodes=n)
-        rec = commands.parse_json_line(out, f"resnet_train ({n} nodes)")
+        rec = parse_json_line(out, f"resnet_train ({n} nodes)")
         runs.append((n, rec))
         last = rec["history"][-1]["top1"] if rec["history"] else None
         if rec["reached"]:

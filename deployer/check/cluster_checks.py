@@ -5,7 +5,7 @@ from the master as a user would type them:
   8 nodes), one pair at a time; a slow pair is named against the cluster's median rate,
   and a node whose pairs are all slow is the slow node;
 - the latency matrix (benchmarks/pingpong.py) and the collective (allreduce.py over every
-  rank, held against the slowest link of the same run), every rank watched (bench/rank_watch.py);
+  rank, held against the slowest link of the same run), every rank watched (launch/rank_watch.py);
 - the straggler: the same short synthetic ResNet step on every rank at once without
   gradient exchange (benchmarks/resnet_synthetic.py --mode ensemble), each rank timed on
   its own: under DDP every rank waits for the slowest, so only the uncoupled step shows
@@ -25,9 +25,10 @@ import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from ..bench.commands import ALL_PAIRS_UP_TO, mpirun_line, net_pairs, pair_cmd, parse_iperf, parse_json_line
-from ..bench.rank_watch import HEARTBEAT_S, QUIET_S, Silent, run_watched
 from ..errors import OperationFailed
+from ..launch.iperf import ALL_PAIRS_UP_TO, net_pairs, pair_cmd, parse_iperf
+from ..launch.mpirun import mpirun_line, parse_json_line
+from ..launch.rank_watch import HEARTBEAT_S, QUIET_S, Silent, run_watched
 from .model import Finding, NodeReport, Status
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ def straggler_findings(rates: dict[str, float] | None, why: str, silent: Silent 
     return [Finding("straggler", "pass", f"the same step on every node: {len(rates)} node(s) timed", {"img_per_sec": rates})]
 
 
-# --- latency and the collective, each run under the watch of every rank (bench/rank_watch.py) ----
+# --- latency and the collective, each run under the watch of every rank (launch/rank_watch.py) ----
 
 # A node whose best latency to the others is above this many times the other pairs' median
 # (and by more than LATENCY_SLACK_US: microseconds of noise are no finding): warned.

@@ -19,18 +19,20 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from .. import ports, ui
+from .. import pushgateway, ui
 from ..errors import OperationFailed
 from ..lifetime import parse_iso
 from .model import CheckReport
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
+    from ..credentials import Login
     from ..state import ClusterState
 
 JOB = "deployer_check"
 PREFIX = "deployer_check_"
 VALUE = {"pass": 0, "warn": 1, "fail": 2}
+WHAT = "the check's report"
 
 
 def registry(report: CheckReport) -> CollectorRegistry:
@@ -64,23 +66,15 @@ def registry(report: CheckReport) -> CollectorRegistry:
     return reg
 
 
-def push_report(gateway_url: str, report: CheckReport, *, login: Any = None) -> None:
-    from ..bench.metrics import push
-
-    push(gateway_url, JOB, registry(report), {"cluster": report.cluster}, "the check's report", login=login)
+def push_report(gateway_url: str, report: CheckReport, *, login: Login | None = None) -> None:
+    pushgateway.push(gateway_url, JOB, registry(report), {"cluster": report.cluster}, WHAT, login=login)
 
 
 def publish(state: ClusterState, cluster: Cluster, report: CheckReport) -> bool:
     """The report -> the Pushgateway on the master, through an SSH tunnel. A failure is a
     warning: the report is in the state dir."""
-    from ..credentials import pushgateway_login
-    from ..remote import ssh_argv
-    from ..tunnel import open_tunnel
-
-    master = cluster.master
     try:
-        with open_tunnel(ssh_argv(state, master), master.private_ip, ports.pushgateway()) as port:
-            push_report(f"http://127.0.0.1:{port}", report, login=pushgateway_login(state.secrets_dir))
+        pushgateway.push_to_master(state, cluster, JOB, registry(report), {"cluster": report.cluster}, WHAT)
     except (OperationFailed, OSError) as e:
         ui.warn(f"check not pushed to the Pushgateway ({e}); it is in {state.dir / 'check.json'}")
         return False

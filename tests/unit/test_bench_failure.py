@@ -3,7 +3,7 @@
 
 from pathlib import Path
 
-from deployer.bench.failure import diagnose, untag
+from deployer.launch.failure import diagnose, untag
 
 from ..clusters import typed
 

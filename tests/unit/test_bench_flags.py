@@ -13,6 +13,7 @@ from deployer.bench import commands, profiles
 from deployer.bench import sweep as bench
 from deployer.cluster import Cluster
 from deployer.errors import UsageError
+from deployer.launch import iperf, mpirun
 
 
 def cluster(n: int = 3, gpus: int = 0, user: str = "root") -> Cluster:
@@ -99,7 +100,7 @@ def test_hostfiles_and_cleanup_commands():
     assert commands.hostfiles_cmd(c, "r1", (1, 2, 3)) == (
         "mkdir -p /shared/bench/r1 && for n in 1 2 3; do head -n $n /shared/hostfile > "
         "/shared/bench/r1/hostfile.$n; done")
-    cmd = commands.cleanup_cmd(c)
+    cmd = mpirun.cleanup_cmd(c)
     for ip in ("10.10.0.10", "10.10.0.11", "10.10.0.12"):
         assert ip in cmd
     # the pkill pattern, after both shells unquote it, matches the ranks' command lines
@@ -112,21 +113,21 @@ def test_hostfiles_and_cleanup_commands():
 
 def test_parse_json_line():
     out = "Model: resnet18\nTotal img/sec on 2 CPU(s): 30.0 +-1.0\n" + json.dumps({"img_per_sec": 30.0}) + "\n"
-    assert commands.parse_json_line(out, "x") == {"img_per_sec": 30.0}
+    assert mpirun.parse_json_line(out, "x") == {"img_per_sec": 30.0}
     with pytest.raises(bench.OperationFailed, match="no JSON"):
-        commands.parse_json_line("Model: resnet18\n", "resnet")
+        mpirun.parse_json_line("Model: resnet18\n", "resnet")
 
 
 def test_parse_iperf():
     out = json.dumps({"end": {"sum_received": {"bits_per_second": 9.41e9}, "sum_sent": {}}})
-    assert commands.parse_iperf("warning first\n" + out) == pytest.approx(9.41)
+    assert iperf.parse_iperf("warning first\n" + out) == pytest.approx(9.41)
 
 
 def test_parse_iperf_bidir_takes_the_slower_direction():
     out = json.dumps({"end": {"sum_received": {"bits_per_second": 8e9},
                               "sum_received_bidir_reverse": {"bits_per_second": 6e9}}})
-    assert commands.parse_iperf(out) == pytest.approx(6.0)
-    assert commands.iperf_cmd("10.0.0.2", bidir=True).endswith("-J -t 3 --bidir")
+    assert iperf.parse_iperf(out) == pytest.approx(6.0)
+    assert iperf.iperf_cmd("10.0.0.2", bidir=True).endswith("-J -t 3 --bidir")
 
 
 # ---- profiles and threads -------------------------------------------------------------------
@@ -174,15 +175,15 @@ def test_threads_per_rank_for_nodes_sharing_cores():
 
 
 def test_net_pairs_every_pair_up_to_eight_then_a_ring():
-    three = [(a.name, b.name) for a, b in commands.net_pairs(cluster(3))]
+    three = [(a.name, b.name) for a, b in iperf.net_pairs(cluster(3))]
     assert three == [("demo-master", "demo-worker-1"), ("demo-master", "demo-worker-2"), ("demo-worker-1", "demo-worker-2")]
-    assert len(commands.net_pairs(cluster(8))) == 28
-    ring = [(a.name, b.name) for a, b in commands.net_pairs(cluster(10))]
+    assert len(iperf.net_pairs(cluster(8))) == 28
+    ring = [(a.name, b.name) for a, b in iperf.net_pairs(cluster(10))]
     assert len(ring) == 10 and ring[-1] == ("demo-worker-9", "demo-master")
 
 
 def test_pair_command_runs_the_server_on_the_receiver():
-    argv = shlex.split(commands.pair_cmd("10.10.0.11", "10.10.0.12"))
+    argv = shlex.split(iperf.pair_cmd("10.10.0.11", "10.10.0.12"))
     assert argv[:4] == ["ssh", "-o", "BatchMode=yes", "10.10.0.12"] and argv[4:8] == ["iperf3", "-s", "-1", "-D"]
     assert argv[-8:] == ["timeout", "30", "iperf3", "-c", "10.10.0.12", "-J", "-t", "2"]
     assert argv[argv.index("10.10.0.11") - 3] == "ssh"

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from deployer.bench import commands, profiles
+from deployer.bench import profiles
 from deployer.bench import report as bench_report
 from deployer.bench import schema as bench_schema
 from deployer.bench import sweep as bench
 from deployer.cluster import Cluster
 from deployer.errors import OperationFailed
+from deployer.launch import mpirun
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bench"
 DERIVED = json.loads((FIXTURES / "sweep_2node_gpu_derived.json").read_text())
@@ -247,7 +248,7 @@ def test_the_cpu_sweep_sends_no_nccl_settings_and_copies_no_logs(tmp_path):
 def test_a_failed_gpu_run_names_where_nccls_warnings_are(gpu_replay, tmp_path):
     cluster, runner, shared = gpu_replay
     runner.calls[1] = {**runner.calls[1], "rc": 1, "stdout": "", "stderr": "mpirun: something broke"}
-    runner.calls.insert(2, {"cmd": commands.cleanup_cmd(cluster), "rc": 0, "stdout": "", "stderr": ""})
+    runner.calls.insert(2, {"cmd": mpirun.cleanup_cmd(cluster), "rc": 0, "stdout": "", "stderr": ""})
     with pytest.raises(OperationFailed) as e:
         bench.run_bench(runner, cluster, sweep_options(cluster), "run1", tmp_path / "out")
     assert f"NCCL warnings, if any: {shared}/bench/run1/nccl.%h.%p.log on the master" in str(e.value)

@@ -277,7 +277,7 @@ def test_the_check_names_a_rank_that_stops_and_leaves_nothing_running(monkeypatc
     import signal
     import threading
 
-    from deployer.bench import rank_watch
+    from deployer.launch import rank_watch
     from deployer.remote import stream
     from tests.clusters import typed
 
@@ -374,7 +374,7 @@ def test_a_rank_stopped_in_its_torch_import_is_the_one_named(monkeypatch):
     import threading
     import time
 
-    from deployer.bench import rank_watch
+    from deployer.launch import rank_watch
     from deployer.remote import stream
     from tests.clusters import typed
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from deployer.bench import commands, profiles
+from deployer.bench import profiles
 from deployer.bench import sweep as bench
 from deployer.cluster import Cluster
+from deployer.launch import mpirun
 
 RECORDED = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "sweep_2node_recorded.json").read_text())
 
@@ -72,10 +73,10 @@ def test_the_recorded_sweep_makes_the_same_report(replay, tmp_path):
 def test_a_failed_run_cleans_up_and_names_the_log(replay, tmp_path):
     cluster, runner = replay
     runner.calls[1] = {**runner.calls[1], "rc": 1, "stdout": "", "stderr": "mpirun: something broke"}
-    runner.calls.insert(2, {"cmd": commands.cleanup_cmd(cluster), "rc": 0, "stdout": "", "stderr": ""})
+    runner.calls.insert(2, {"cmd": mpirun.cleanup_cmd(cluster), "rc": 0, "stdout": "", "stderr": ""})
     opts = profiles.make_options(cluster, nodes="1,2", model="resnet18", run_timeout_s=300)
     from deployer.errors import OperationFailed
 
     with pytest.raises(OperationFailed, match="resnet-dp-1 failed"):
         bench.run_bench(runner, cluster, opts, "run1", tmp_path / "bench" / "run1")
-    assert runner.commands[2] == commands.cleanup_cmd(cluster), "no rank is left running"
+    assert runner.commands[2] == mpirun.cleanup_cmd(cluster), "no rank is left running"

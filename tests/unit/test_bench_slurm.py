@@ -23,10 +23,10 @@ import pytest
 
 from deployer.bench import commands, profiles
 from deployer.bench import sweep as bench
-from deployer.bench.failure import diagnose
 from deployer.bench.progress import RunProgress, SweepProgress
 from deployer.cluster import Cluster
 from deployer.errors import OperationFailed, UsageError
+from deployer.launch.failure import diagnose
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"

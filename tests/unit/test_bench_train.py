@@ -23,10 +23,11 @@ from deployer.bench import commands, metrics, storage_reads
 from deployer.bench import report as bench_report
 from deployer.bench import schema as bench_schema
 from deployer.bench import training as bench_train
-from deployer.bench.failure import untag
 from deployer.bench.progress import RunProgress
 from deployer.cluster import Cluster
 from deployer.errors import UsageError
+from deployer.launch import mpirun
+from deployer.launch.failure import untag
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "bench" / "train_digits"
 MANIFEST = (FIX / "dataset.json").read_text()
@@ -37,7 +38,7 @@ PROMETHEUS = (FIX / "storage_queries.out").read_text()
 
 
 def record(name: str) -> dict:
-    return commands.parse_json_line(RUNS[name], name)
+    return mpirun.parse_json_line(RUNS[name], name)
 
 
 def make_cluster(shared: str) -> Cluster:
@@ -329,7 +330,7 @@ def test_a_crashed_training_run_stops_every_rank_and_names_its_log(cluster, tmp_
     runner = Crash({1: RUNS["train-1"]})
     with pytest.raises(OperationFailed, match="train-2 failed") as e:
         sweep(cluster, runner, tmp_path)
-    assert runner.commands[-1] == commands.cleanup_cmd(cluster), "no rank is left running"
+    assert runner.commands[-1] == mpirun.cleanup_cmd(cluster), "no rank is left running"
     assert e.value.log == tmp_path / "bench" / "run1" / "train-2.log"
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deployer import credentials
+from deployer import credentials, pushgateway
 from deployer.bench import metrics
 from deployer.check import metrics as check_metrics
 from deployer.check.model import CheckReport
@@ -195,7 +195,7 @@ def stack(tmp_path_factory):
         prom = f"http://127.0.0.1:{ports['prometheus']}"
         wait_ready(f"{prom}/-/ready", procs["prometheus"], "prometheus")
 
-        gateway = metrics.gateway_url("127.0.0.1", ports["pushgateway"])
+        gateway = pushgateway.url("127.0.0.1", ports["pushgateway"])
         metrics.push_bench_results(gateway, RESULT, login=login)
         metrics.push_bench_results(gateway, training_result(tmp), login=login)
         check_metrics.push_report(gateway, CHECK, login=login)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import yaml
 
-from deployer import credentials, dashboard, notebook, ports
-from deployer.bench import metrics, storage_reads
+from deployer import credentials, dashboard, notebook, ports, pushgateway
+from deployer.bench import storage_reads
 
 ROLES = Path(__file__).resolve().parents[2] / "ansible" / "roles"
 VARIABLES = ROLES.parents[1] / "terraform" / "openstack" / "variables.tf"
@@ -22,7 +22,7 @@ def _defaults(role: str) -> dict:
 def test_the_deployer_reads_each_port_from_the_role_that_binds_it():
     assert ports.grafana() == _defaults("grafana")["grafana_port"] == dashboard.GRAFANA.port
     assert ports.prometheus() == _defaults("prometheus")["prometheus_port"] == dashboard.PROMETHEUS.port == storage_reads.PROMETHEUS_PORT
-    assert ports.pushgateway() == _defaults("pushgateway")["pushgateway_port"] == dashboard.PUSHGATEWAY.port == metrics.PUSHGATEWAY_PORT
+    assert ports.pushgateway() == _defaults("pushgateway")["pushgateway_port"] == dashboard.PUSHGATEWAY.port == pushgateway.PORT
     assert ports.jupyterlab() == _defaults("jupyterlab")["jupyterlab_port"] == notebook.REMOTE_PORT
 
 

@@ -7,7 +7,7 @@ from a thread of their own (bench_common.Heartbeat): a
 rank waiting in a collective keeps beating, a stopped or frozen one does not. A rank
 silent for longer than `quiet_s` is named (its node, its rank, the step it was in), and
 the run is stopped cleanly: mpirun, then every benchmark process on every node
-(bench.commands.cleanup_cmd), so nothing is left running. A hang is a finding, not a wait.
+(launch.mpirun.cleanup_cmd), so nothing is left running. A hang is a finding, not a wait.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .commands import cleanup_cmd
 from .failure import untag
+from .mpirun import cleanup_cmd
 
 if TYPE_CHECKING:
     from ..cluster import Cluster, Node
