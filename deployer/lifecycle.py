@@ -1,10 +1,11 @@
-"""up / down / status: the pipeline, provider-blind after preflight.
+"""up / down / ssh: the pipeline, provider-blind after preflight.
 
-spec -> provider.preflight -> user-data + host keys -> terraform (cluster output)
-     -> known_hosts + ssh_config + inventory -> wait for boot -> ansible -> smoke check
-
-`up --no-setup` stops after the inventory: provisioned and recorded, not set up; a later
-plain `up` does the rest (the nodes count as not configured until it has).
+`up` is a list of named stages over one UpRun (each reads what the ones before it left):
+preflight -> begin -> prepare -> provision (Terraform: the cluster output) -> wait for boot
+-> rekey -> configure (Ansible) -> check -> finish. `up --no-setup` stops after provision
+and the inventory: provisioned and recorded, not set up; a later plain `up` does the rest
+(the nodes count as not configured until it has). --replace and --replace-failed are the
+same stages with the nodes to make anew named at preflight.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from . import credentials, ledger, lifetime, ui
 from .cluster import Cluster
@@ -99,7 +100,7 @@ def _replace_nodes(spec: ClusterSpec, state: ClusterState, replace: list[str]) -
     return [cluster.find(name).name for name in replace]
 
 
-def _set_lifetime(spec: ClusterSpec, state: ClusterState, ttl_given: bool, provider: Any, env: dict[str, str]) -> Lifetime | None:
+def _set_lifetime(spec: ClusterSpec, state: ClusterState, ttl_given: bool, provider: Provider, env: dict[str, str]) -> Lifetime | None:
     """Write the expiry this run sets (lifetime.py says when) and say so; None: no expiry.
     A change to a cluster that has machines goes to the cloud's record first (every server
     and the volume: provider.record_expiry), then here: a write the cloud refused stops the
@@ -122,19 +123,85 @@ def _set_lifetime(spec: ClusterSpec, state: ClusterState, ttl_given: bool, provi
     return record
 
 
+class UpResult(TypedDict, total=False):
+    """What `up` did, for `up --json` and the verbs that compose it."""
+    name: str
+    converged: bool  # nothing was made, started or configured
+    seconds: float
+    run_dir: str
+    started: list[str]  # nodes found stopped and started again
+    recreated: list[str]  # nodes Terraform made anew (--replace, --replace-failed, found missing)
+    configured: dict[str, str]  # node -> why Ansible configured it
+    setup: bool  # False: --no-setup
+    to_configure: dict[str, str]  # --no-setup: what the next plain `up` configures, and why
+    timings: dict[str, Any]
+
+
+@dataclasses.dataclass
+class UpRun:
+    """One `up` as its stages hand it on: each stage reads what the ones before it left.
+
+    The stages, in order: preflight (nothing made; no lock) -> begin (the records, the
+    expiry) -> prepare (user-data, the provider's own preparation, stopped or lost nodes)
+    -> provision (Terraform; the cluster output and how to reach it) -> [--no-setup ends
+    here] -> wait for boot -> rekey -> configure (Ansible) -> check -> finish."""
+
+    spec: ClusterSpec
+    state: ClusterState
+    provider: Provider
+    checked: object  # what the provider's preflight learnt, for its tfvars
+    tf_env: dict[str, str]
+    replace: list[str]  # nodes this run makes anew by request (--replace, --replace-failed)
+    check_level: str | None
+    times: timings.Stages = dataclasses.field(default_factory=timings.Stages)
+    run_dir: Path = Path()
+    started: list[str] = dataclasses.field(default_factory=list)  # found stopped, started again
+    lost: list[str] = dataclasses.field(default_factory=list)  # found missing: Terraform makes them anew
+    tf_changed: int = 0
+    exposed: str | None = None  # how the services are reached from outside, said at the end
+
+    @property
+    def recreated(self) -> list[str]:
+        return sorted(set(self.replace) | set(self.lost))
+
+
 def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replace: list[str] | None = None,
        ttl_given: bool = False, check_level: str | None = "quick", replace_failed: bool = False,
-       setup: bool = True) -> dict[str, Any]:
+       setup: bool = True) -> UpResult:
     """Provision (Terraform) and, unless `setup` is False (--no-setup), wait for boot,
     configure (Ansible) and check at `check_level` (None: no check)."""
     if not setup and (reconfigure or replace_failed):
         # The CLI says which flag; this is the same rule for any other caller.
         raise UsageError("--no-setup runs no Ansible and no check: drop --reconfigure and --replace-failed")
+    run = preflight(spec, state, replace or [], replace_failed=replace_failed, check_level=check_level)
+    with state.lock("up"):
+        begin(run, ttl_given=ttl_given)
+        prepare(run)
+        cluster = provision(run)
+        inv = inventory.write(cluster, spec, state)
+        if not setup:
+            return _provisioned_only(run, cluster, inv)
+        plan = drift.configure_plan(cluster, state.configured(), _fingerprint(inv, spec, state), reconfigure=reconfigure)
+        wait_for_nodes(run, cluster, sorted(set(plan.why) | set(run.started)))
+        plan = rekey_nodes(run, cluster, plan)
+        ansible_changed = configure(run, cluster, plan)
+        if run.check_level is None:
+            ui.info("check: skipped (--no-check); `deployer check` runs it")
+        else:
+            with run.times.stage("check"):
+                _check(spec, state, cluster, run.check_level)
+        return finish(run, cluster, plan, ansible_changed)
+
+
+def preflight(spec: ClusterSpec, state: ClusterState, replace: list[str], *, replace_failed: bool = False,
+              check_level: str | None = "quick") -> UpRun:
+    """Everything that can refuse the run, before anything is made or locked: the names to
+    replace, the Terraform binary and mirror, the provider's own preflight, the credentials."""
     provider = get_provider(spec.provider)
     times = timings.Stages()
     with times.stage("preflight"):
         _check_same_cluster(spec, state)
-        replace_nodes = _replace_nodes(spec, state, replace or [])
+        replace_nodes = _replace_nodes(spec, state, replace)
         if replace_failed:  # the nodes the last check failed; then checked again at its level
             failed, last_level = _failed_in_last_check(spec, state, replace_nodes)
             replace_nodes = sorted(set(replace_nodes) | set(failed))
@@ -142,140 +209,154 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         terraform.preflight(spec.provider, spec.terraform.binary, spec.terraform.plugin_mirror)  # the binary, the mirror
         checked = provider.preflight(spec, state, replacing=replace_nodes)  # raises before anything exists
         tf_env = provider.terraform_env(spec)  # the credentials Terraform will see: refuses what it cannot read
-    with state.lock("up"):
-        state.create()
-        state.write_spec(spec)
-        # How to reach, recognise and destroy what is made, kept apart from the spec: `down`
-        # needs it even when the spec record is lost. The id is made once and kept.
-        state.write_origin(Origin(provider=provider.name, terraform_env=tf_env, cluster_id=state.cluster_id or new_cluster_id()))
-        run_dir = state.new_run_dir("up")
-        times.run_dir = run_dir
-        ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/] "
-                f"({provider.description}); logs in {run_dir}")
-        _set_lifetime(spec, state, ttl_given, provider, tf_env)  # before anything is made, so `gc` finds even a half-made cluster
-        with times.stage("prepare"):  # locally: the base image, made once and cached
-            boot.write_user_data(spec, state)  # each node's first boot, read by Terraform
-            provider.prepare(spec, state)
-            started, recreate = _repair(provider, spec, state, tf_env)
-        with times.stage("apply"):
-            eng = _terraform(spec, state, run_dir, tf_env)
-            eng.write_vars(provider.tfvars(spec, state, checked))
-            ui.step("terraform: provisioning nodes")
-            eng.init()
-            changes = {"add": 0, "change": 0, "remove": 0}
-
-            def on_event(ev: dict[str, Any]) -> None:
-                if ev.get("type") == "change_summary":
-                    changes.update(ev.get("changes", {}))
-                line = terraform.describe(ev)
-                if line and ev.get("type") != "provision_progress":
-                    ui.info(f"  {line}")
-
-            eng.apply(on_event, replace=[provider.node_resource(n) for n in sorted(set(replace_nodes) | set(recreate))])
-            cluster = Cluster.parse(eng.output()["cluster"])
-            state.write_cluster(cluster)
-            ledger.note(state, cluster)  # node-hours from now on (created, scaled)
-            placed = provider.place(spec, state, cluster)
-            if placed:
-                ui.info(f"  {placed}")
-            boot.prune(state, cluster)
-            boot.write_access(state, cluster)  # pinned known_hosts + ssh_config, before any SSH
-            # The services' logins and Grafana's certificate, which the roles install.
-            exposed = credentials.prepare(state.secrets_dir, spec.monitoring, cluster)
-            tf_changed = changes.get("add", 0) + changes.get("change", 0) + changes.get("remove", 0)
-        ui.ok(f"terraform: {changes.get('add', 0)} added, {changes.get('change', 0)} changed, {changes.get('remove', 0)} destroyed")
-
-        inv = inventory.write(cluster, spec, state)
-        if not setup:
-            return _provisioned_only(spec, state, cluster, inv, times, run_dir, tf_changed, started,
-                                     sorted(set(recreate) | set(replace_nodes)))
-        fingerprint = _fingerprint(inv, spec, state)
-        plan = drift.configure_plan(cluster, state.configured(), fingerprint, reconfigure=reconfigure)
-        ansible_changed = 0
-        waiting = sorted(set(plan.why) | set(started))
-        if waiting:
-            # Nothing runs on a node before it answers with its pinned key and cloud-init is done.
-            ui.step(f"boot: waiting for SSH with the pinned host key and for cloud-init on {_count(waiting, cluster)} "
-                    f"(up to {provider.boot_timeout_s}s)")
-            with times.stage("boot"):
-                ready = wait_for_boot(state, _only(cluster, waiting), timeout_s=provider.boot_timeout_s,
-                                      hint=provider.boot_log_hint)
-            ui.ok(f"boot: {len(ready)} node(s) ready (slowest {max(ready.values()):.1f}s)")
-        with times.stage("boot"):
-            # The bootstrap key in user-data opened the first connection; each node now gets
-            # its own (rekey.py). The inventory carries the keys, so it and the plan follow.
-            rekeyed = rekey.rotate(state, cluster)
-        if rekeyed:
-            ui.ok(f"ssh: a fresh host key made on {_count(rekeyed, cluster)} and pinned; the one in the user-data opens nothing now")
-            inv = inventory.write(cluster, spec, state)
-            fingerprint = _fingerprint(inv, spec, state)  # what the configured record keeps
-            plan = drift.with_new_host_keys(plan, cluster, rekeyed)
-        if not plan.why:
-            # Same machines, same inventory, same roles as the last successful run: Ansible
-            # would find nothing to do. The smoke check below still proves the cluster works.
-            ui.ok("ansible: configuration unchanged since the last successful run; skipped (--reconfigure runs it anyway)")
-        else:
-            ui.step(f"ansible: configuring {plan.describe()}")
-            from .tools.ansible import run_playbook
-
-            # Until this run succeeds, the nodes it configures count as not configured.
-            done_before = None if plan.every_node else [n for n in cluster.names if n not in plan.why]
-            if done_before is None:
-                state.configured_file.unlink(missing_ok=True)
-            else:
-                state.write_configured(drift.configured_record(fingerprint, cluster, done_before))
-            with times.stage("ansible"):
-                try:
-                    play = run_playbook(inv, run_dir, limit=plan.limit())
-                finally:  # a failed play's roles count too: they say where it stopped
-                    times.roles = timings.ansible_roles(run_dir / "ansible-events.jsonl")
-            times.pulled = timings.bytes_from_outside(play.stats)
-            ansible_changed = play.total_changed
-            state.write_configured(drift.configured_record(fingerprint, cluster, run=run_dir.name))
-            ui.ok(f"ansible: {sum(play.ok.values())} ok, {play.total_changed} changed on {_count(list(plan.why), cluster)}")
-            if cluster.master.name in plan.why:  # the master has what place() made (the teardown credential)
-                settled = provider.settle(spec, state)
-                if settled:
-                    ui.info(f"  {settled}")
-
-        if check_level is None:
-            ui.info("check: skipped (--no-check); `deployer check` runs it")
-        else:
-            with times.stage("check"):
-                _check(spec, state, cluster, check_level)
-        converged = tf_changed == 0 and ansible_changed == 0 and not started
-        took = times.write(run_dir)
-        if exposed:
-            ui.info(exposed)
-        ui.ok(("no changes: the cluster already matched the spec" if converged else "cluster is up")
-              + f" ({took['total_s']:.0f}s). Next: `deployer ssh`, `deployer bench`, `deployer status`")
-        ui.info(timings.summary("up", len(cluster.nodes), took))
-        return {
-            "name": spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run_dir),
-            "started": started, "recreated": sorted(set(recreate) | set(replace_nodes)), "configured": plan.why,
-            "setup": True, "timings": took,
-        }
+    return UpRun(spec, state, provider, checked, tf_env, replace_nodes, check_level, times=times)
 
 
-def _provisioned_only(spec: ClusterSpec, state: ClusterState, cluster: Cluster, inv: Path, times: timings.Stages, run_dir: Path,
-                      tf_changed: int, started: list[str], recreated: list[str]) -> dict[str, Any]:
+def begin(run: UpRun, *, ttl_given: bool) -> None:
+    """The records, under the cluster's lock: the spec, the origin, this run's log dir, the expiry."""
+    spec, state, provider = run.spec, run.state, run.provider
+    state.create()
+    state.write_spec(spec)
+    # How to reach, recognise and destroy what is made, kept apart from the spec: `down`
+    # needs it even when the spec record is lost. The id is made once and kept.
+    state.write_origin(Origin(provider=provider.name, terraform_env=run.tf_env, cluster_id=state.cluster_id or new_cluster_id()))
+    run.run_dir = run.times.run_dir = state.new_run_dir("up")
+    ui.info(f"cluster [bold]{spec.name}[/]: {spec.nodes} node(s) on provider [bold]{spec.provider}[/] "
+            f"({provider.description}); logs in {run.run_dir}")
+    _set_lifetime(spec, state, ttl_given, provider, run.tf_env)  # before anything is made, so `gc` finds even a half-made cluster
+
+
+def prepare(run: UpRun) -> None:
+    """Each node's first boot (user-data), the provider's own preparation (locally: the base
+    image, made once and cached), and the recorded nodes found stopped or missing."""
+    with run.times.stage("prepare"):
+        boot.write_user_data(run.spec, run.state)
+        run.provider.prepare(run.spec, run.state)
+        run.started, run.lost = _repair(run.provider, run.spec, run.state, run.tf_env)
+
+
+def provision(run: UpRun) -> Cluster:
+    """Terraform apply; then the cluster output recorded with everything that reaches it:
+    node-hours, the provider's placement, pinned known_hosts and ssh_config, the logins."""
+    spec, state, provider = run.spec, run.state, run.provider
+    with run.times.stage("apply"):
+        eng = _terraform(spec, state, run.run_dir, run.tf_env)
+        eng.write_vars(provider.tfvars(spec, state, run.checked))
+        ui.step("terraform: provisioning nodes")
+        eng.init()
+        changes = {"add": 0, "change": 0, "remove": 0}
+
+        def on_event(ev: dict[str, Any]) -> None:
+            if ev.get("type") == "change_summary":
+                changes.update(ev.get("changes", {}))
+            line = terraform.describe(ev)
+            if line and ev.get("type") != "provision_progress":
+                ui.info(f"  {line}")
+
+        eng.apply(on_event, replace=[provider.node_resource(n) for n in run.recreated])
+        cluster = Cluster.parse(eng.output()["cluster"])
+        state.write_cluster(cluster)
+        ledger.note(state, cluster)  # node-hours from now on (created, scaled)
+        placed = provider.place(spec, state, cluster)
+        if placed:
+            ui.info(f"  {placed}")
+        boot.prune(state, cluster)
+        boot.write_access(state, cluster)  # pinned known_hosts + ssh_config, before any SSH
+        # The services' logins and Grafana's certificate, which the roles install.
+        run.exposed = credentials.prepare(state.secrets_dir, spec.monitoring, cluster)
+        run.tf_changed = changes.get("add", 0) + changes.get("change", 0) + changes.get("remove", 0)
+    ui.ok(f"terraform: {changes.get('add', 0)} added, {changes.get('change', 0)} changed, {changes.get('remove', 0)} destroyed")
+    return cluster
+
+
+def wait_for_nodes(run: UpRun, cluster: Cluster, names: list[str]) -> None:
+    """Nothing runs on a node before it answers with its pinned key and cloud-init is done."""
+    if not names:
+        return
+    provider = run.provider
+    ui.step(f"boot: waiting for SSH with the pinned host key and for cloud-init on {_count(names, cluster)} "
+            f"(up to {provider.boot_timeout_s}s)")
+    with run.times.stage("boot"):
+        ready = wait_for_boot(run.state, _only(cluster, names), timeout_s=provider.boot_timeout_s,
+                              hint=provider.boot_log_hint)
+    ui.ok(f"boot: {len(ready)} node(s) ready (slowest {max(ready.values()):.1f}s)")
+
+
+def rekey_nodes(run: UpRun, cluster: Cluster, plan: drift.ConfigurePlan) -> drift.ConfigurePlan:
+    """The bootstrap key in user-data opened the first connection; each node now gets its own
+    (rekey.py). The inventory carries the keys, so it and the plan follow."""
+    with run.times.stage("boot"):
+        rekeyed = rekey.rotate(run.state, cluster)
+    if not rekeyed:
+        return plan
+    ui.ok(f"ssh: a fresh host key made on {_count(rekeyed, cluster)} and pinned; the one in the user-data opens nothing now")
+    inventory.write(cluster, run.spec, run.state)
+    return drift.with_new_host_keys(plan, cluster, rekeyed)
+
+
+def configure(run: UpRun, cluster: Cluster, plan: drift.ConfigurePlan) -> int:
+    """Ansible on the nodes the plan names (with why); the tasks it changed."""
+    spec, state = run.spec, run.state
+    if not plan.why:
+        # Same machines, same inventory, same roles as the last successful run: Ansible
+        # would find nothing to do. The check after it still proves the cluster works.
+        ui.ok("ansible: configuration unchanged since the last successful run; skipped (--reconfigure runs it anyway)")
+        return 0
+    ui.step(f"ansible: configuring {plan.describe()}")
+    from .tools.ansible import run_playbook
+
+    inv = inventory.path(state)
+    fingerprint = _fingerprint(inv, spec, state)  # what the configured record keeps
+    # Until this run succeeds, the nodes it configures count as not configured.
+    done_before = None if plan.every_node else [n for n in cluster.names if n not in plan.why]
+    if done_before is None:
+        state.configured_file.unlink(missing_ok=True)
+    else:
+        state.write_configured(drift.configured_record(fingerprint, cluster, done_before))
+    with run.times.stage("ansible"):
+        try:
+            play = run_playbook(inv, run.run_dir, limit=plan.limit())
+        finally:  # a failed play's roles count too: they say where it stopped
+            run.times.roles = timings.ansible_roles(run.run_dir / "ansible-events.jsonl")
+    run.times.pulled = timings.bytes_from_outside(play.stats)
+    state.write_configured(drift.configured_record(fingerprint, cluster, run=run.run_dir.name))
+    ui.ok(f"ansible: {sum(play.ok.values())} ok, {play.total_changed} changed on {_count(list(plan.why), cluster)}")
+    if cluster.master.name in plan.why:  # the master has what place() made (the teardown credential)
+        settled = run.provider.settle(spec, state)
+        if settled:
+            ui.info(f"  {settled}")
+    return play.total_changed
+
+
+def finish(run: UpRun, cluster: Cluster, plan: drift.ConfigurePlan, ansible_changed: int) -> UpResult:
+    """The timings written, the last lines said, and what this run did."""
+    converged = run.tf_changed == 0 and ansible_changed == 0 and not run.started
+    took = run.times.write(run.run_dir)
+    if run.exposed:
+        ui.info(run.exposed)
+    ui.ok(("no changes: the cluster already matched the spec" if converged else "cluster is up")
+          + f" ({took['total_s']:.0f}s). Next: `deployer ssh`, `deployer bench`, `deployer status`")
+    ui.info(timings.summary("up", len(cluster.nodes), took))
+    return {"name": run.spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run.run_dir),
+            "started": run.started, "recreated": run.recreated, "configured": plan.why, "setup": True, "timings": took}
+
+
+def _provisioned_only(run: UpRun, cluster: Cluster, inv: Path) -> UpResult:
     """The end of `up --no-setup`: what Terraform made is recorded (cluster.json,
     known_hosts, ssh_config, inventory); no boot wait, no Ansible, no check. The record of
     the last configuration is left as it is: the nodes it does not name, or names with
     another machine, are configured by the next plain `up`."""
-    converged = tf_changed == 0 and not started
-    took = times.write(run_dir)
-    plan = drift.configure_plan(cluster, state.configured(), _fingerprint(inv, spec, state))
+    converged = run.tf_changed == 0 and not run.started
+    took = run.times.write(run.run_dir)
+    plan = drift.configure_plan(cluster, run.state.configured(), _fingerprint(inv, run.spec, run.state))
     pending = f"; {plan.describe()} still to configure" if plan.why else ""
     ui.ok(("no changes: the machines already matched the spec" if converged else "cluster is provisioned")
           + f" ({took['total_s']:.0f}s), not set up (--no-setup){pending}. Next: `deployer up` sets it up; "
           f"`deployer status`, `deployer ssh-config` show what was made")
     ui.info(timings.summary("up", len(cluster.nodes), took))
-    return {
-        "name": spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run_dir),
-        "started": started, "recreated": recreated, "configured": {}, "setup": False,
-        "to_configure": plan.why, "timings": took,
-    }
+    return {"name": run.spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run.run_dir),
+            "started": run.started, "recreated": run.recreated, "configured": {}, "setup": False,
+            "to_configure": plan.why, "timings": took}
 
 
 def _only(cluster: Cluster, names: list[str]) -> Cluster:

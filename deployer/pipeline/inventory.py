@@ -91,13 +91,18 @@ def render(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> dict
     }
 
 
+def path(state: "ClusterState") -> Path:
+    """The Ansible inventory of a cluster (beside it: the MPI hostfile)."""
+    return state.inventory_dir / "hosts.yml"
+
+
 def write(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> Path:
     d = state.inventory_dir
     d.mkdir(parents=True, exist_ok=True)
-    path = d / "hosts.yml"
-    path.write_text(
+    hosts = path(state)
+    hosts.write_text(
         "# Rendered by deployer from the Terraform `cluster` output; do not edit.\n"
         + yaml.safe_dump(render(cluster, spec, state), sort_keys=False)
     )
     (d / "hostfile").write_text(hostfile(cluster))
-    return path
+    return hosts

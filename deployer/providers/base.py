@@ -67,7 +67,7 @@ class Provider(Protocol):
     description: str  # one phrase for up's first line: where the nodes will be
     boot_timeout_s: int  # how long a new node may take to answer SSH and finish cloud-init
 
-    def preflight(self, spec: "ClusterSpec", state: "ClusterState", replacing: Collection[str] = ()) -> Any:
+    def preflight(self, spec: "ClusterSpec", state: "ClusterState", replacing: Collection[str] = ()) -> object:
         """Raise PreflightError (exit 2) when the spec cannot be hosted; create no machine,
         network or cloud resource. Returns what it learnt (e.g. the flavor's GPUs), handed to
         tfvars. It may settle what the spec leaves open in the spec itself, recorded with it
@@ -75,7 +75,7 @@ class Provider(Protocol):
         (local: /var/lib/deployer/local-clusters/<name>, given back by `down`). `replacing`:
         the nodes this run makes anew (--replace), which may differ from the running ones."""
 
-    def tfvars(self, spec: "ClusterSpec", state: "ClusterState", checked: Any = None) -> dict[str, Any]:
+    def tfvars(self, spec: "ClusterSpec", state: "ClusterState", checked: object = None) -> dict[str, Any]:
         """Variables for terraform/<name>; every required variable of the module."""
 
     def terraform_env(self, spec: "ClusterSpec") -> dict[str, str]:

@@ -315,7 +315,7 @@ class LocalProvider:
             return f"cores: each node has its own ({pairs})"
         return f"cores: the {len(cluster.nodes)} nodes share this machine's {len(cpus)} (fewer cores than nodes)"
 
-    def tfvars(self, spec: "ClusterSpec", state: "ClusterState", checked: Any = None) -> dict[str, Any]:
+    def tfvars(self, spec: "ClusterSpec", state: "ClusterState", checked: object = None) -> dict[str, Any]:
         return {
             "cluster_name": spec.name,
             "cluster_id": state.cluster_id,  # made before Terraform runs (lifecycle.up)

@@ -59,15 +59,18 @@ class OpenStackProvider:
         )
         return result
 
-    def tfvars(self, spec: ClusterSpec, state: ClusterState, checked: PreflightResult | None = None) -> dict[str, Any]:
+    def tfvars(self, spec: ClusterSpec, state: ClusterState, checked: object = None) -> dict[str, Any]:
         """Every variable of terraform/openstack that has no default, and the ones the spec sets.
 
-        A None is left out, so Terraform takes the variable's default (null).
+        A None is left out, so Terraform takes the variable's default (null). `checked`: this
+        run's preflight (a PreflightResult); None where no preflight ran (e.g. `down`).
         """
+        from .preflight import UUID, PreflightResult
+
+        resolved = checked if isinstance(checked, PreflightResult) else None
         o = spec.openstack
         m = spec.monitoring
         expose = bool(m.enabled and m.expose)
-        from .preflight import UUID
 
         image_key = "image_id" if UUID.match(o.image) else "image_name"
         values: dict[str, Any] = {
@@ -82,7 +85,7 @@ class OpenStackProvider:
             "key_pair": o.key_pair,
             "public_key": self._public_key(state),
             "enable_gpu": o.enable_gpu,
-            "gpus_per_node": self._gpus_per_node(spec, checked),
+            "gpus_per_node": self._gpus_per_node(spec, resolved),
             "external_network": o.external_network,
             "floating_ip": o.floating_ip,
             "create_network": o.network is None,
@@ -100,13 +103,13 @@ class OpenStackProvider:
             # expiry updates the servers' metadata in place.
             "expires_at": life.expires_at if (life := state.lifetime()) else None,
         }
-        if checked is not None:  # what this run's preflight resolved: the module takes IDs as they are
-            values |= {"flavor_id": checked.flavor_id or None, "external_network_id": checked.external_network_id or None,
-                       "network_id": checked.network_id, "flavor_vcpus": checked.vcpus or None,
-                       "flavor_ram_mb": checked.ram_mb or None}
-            if checked.image_id:
+        if resolved is not None:  # what this run's preflight resolved: the module takes IDs as they are
+            values |= {"flavor_id": resolved.flavor_id or None, "external_network_id": resolved.external_network_id or None,
+                       "network_id": resolved.network_id, "flavor_vcpus": resolved.vcpus or None,
+                       "flavor_ram_mb": resolved.ram_mb or None}
+            if resolved.image_id:
                 values.pop("image_name", None)
-                values["image_id"] = checked.image_id
+                values["image_id"] = resolved.image_id
         return {k: v for k, v in values.items() if v is not None}
 
     def terraform_env(self, spec: ClusterSpec) -> dict[str, str]:
