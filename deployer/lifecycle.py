@@ -20,7 +20,7 @@ from . import credentials, ledger, lifetime, ui
 from .cluster import Cluster
 from .errors import DeployerError, NoLongerExpired, OperationFailed, UsageError
 from .origin import origin_of
-from .pipeline import boot, drift, inventory, rekey, timings
+from .pipeline import boot, drift, inventory, placement, rekey, timings
 from .pipeline.readiness import wait_for_boot
 from .providers import get_provider
 from .providers.base import Provider
@@ -172,7 +172,8 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
                     ui.info(f"  {line}")
 
             eng.apply(on_event, replace=[provider.node_resource(n) for n in sorted(set(replace_nodes) | set(recreate))])
-            cluster = Cluster.parse(eng.output()["cluster"])
+            # Where each node landed (the provider's observation: Terraform reads no hostId).
+            cluster = placement.locate(provider, state, tf_env, Cluster.parse(eng.output()["cluster"]))
             state.write_cluster(cluster)
             ledger.note(state, cluster)  # node-hours from now on (created, scaled)
             placed = provider.place(spec, state, cluster)
@@ -184,6 +185,9 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
             exposed = credentials.prepare(state.secrets_dir, spec.monitoring, cluster)
             tf_changed = changes.get("add", 0) + changes.get("change", 0) + changes.get("remove", 0)
         ui.ok(f"terraform: {changes.get('add', 0)} added, {changes.get('change', 0)} changed, {changes.get('remove', 0)} destroyed")
+        placed_on = placement.describe(cluster)
+        if placed_on:
+            ui.info(f"  {placed_on}")
 
         inv = inventory.write(cluster, spec, state)
         if not setup:
@@ -250,6 +254,9 @@ def up(spec: ClusterSpec, state: ClusterState, reconfigure: bool = False, replac
         ui.ok(("no changes: the cluster already matched the spec" if converged else "cluster is up")
               + f" ({took['total_s']:.0f}s). Next: `deployer ssh`, `deployer bench`, `deployer status`")
         ui.info(timings.summary("up", len(cluster.nodes), took))
+        packed = placement.spread_warning(spec, cluster)  # last, where it is read
+        if packed:
+            ui.warn(packed)
         return {
             "name": spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run_dir),
             "started": started, "recreated": sorted(set(recreate) | set(replace_nodes)), "configured": plan.why,
@@ -271,6 +278,9 @@ def _provisioned_only(spec: ClusterSpec, state: ClusterState, cluster: Cluster, 
           + f" ({took['total_s']:.0f}s), not set up (--no-setup){pending}. Next: `deployer up` sets it up; "
           f"`deployer status`, `deployer ssh-config` show what was made")
     ui.info(timings.summary("up", len(cluster.nodes), took))
+    packed = placement.spread_warning(spec, cluster)
+    if packed:
+        ui.warn(packed)
     return {
         "name": spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run_dir),
         "started": started, "recreated": recreated, "configured": {}, "setup": False,
