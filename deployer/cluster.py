@@ -11,7 +11,7 @@ Free of third-party imports, so `status` and `ssh` stay fast.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from .errors import OperationFailed, UsageError
@@ -33,6 +33,13 @@ class Node:
     public_ip: str | None = None
     gpus: int = 0
     id: str | None = None  # the server's (OpenStack) or the container's instance id (local)
+    # Where the node runs, as the provider's observation said after Terraform (placement):
+    # host names the hypervisor (its name where the user may see it, else Nova's hostId;
+    # locally this machine), host_id is Nova's hostId, zone the availability zone.
+    # None: not known (a record from before placement was read).
+    host: str | None = None
+    host_id: str | None = None
+    zone: str | None = None
 
     @property
     def is_master(self) -> bool:
@@ -97,10 +104,53 @@ class Cluster:
                 return node
         raise UsageError(f"no node {name!r} in cluster {self.name!r}; pick one of: {', '.join(self.names)}")
 
+    @property
+    def by_host(self) -> tuple[Node, ...]:
+        """The nodes with those on one host next to each other: the master's host first (the
+        master first in it), then each host in the order its first node comes; the MPI
+        hostfile's order, so neighbouring ranks share a host and a run on the first n nodes
+        spans as few hosts as the placement allows. Nodes of no known host are one group.
+        With no host known (an old record) it is the nodes' own order."""
+        groups: dict[str | None, list[Node]] = {}
+        for node in self.nodes:
+            groups.setdefault(node.host, []).append(node)
+        return tuple(node for group in groups.values() for node in group)
+
+    def host_groups(self) -> dict[str | None, list[Node]]:
+        """Host -> its nodes, in by_host's order; None: not known."""
+        groups: dict[str | None, list[Node]] = {}
+        for node in self.by_host:
+            groups.setdefault(node.host, []).append(node)
+        return groups
+
+    def hosts_of(self, n: int) -> int | None:
+        """How many hosts a run on the first n nodes (by_host) spans; None: a node's host is not known."""
+        nodes = self.by_host[:n]
+        if any(node.host is None for node in nodes):
+            return None
+        return len({node.host for node in nodes})
+
+    def same_host(self, a: str, b: str) -> bool | None:
+        """Whether nodes `a` and `b` (names) run on one host; None: a host not known."""
+        hosts = {node.name: node.host for node in self.nodes}
+        ha, hb = hosts.get(a), hosts.get(b)
+        return None if ha is None or hb is None else ha == hb
+
+    def placed(self, where: Mapping[str, tuple[str | None, str | None, str | None]]) -> Cluster:
+        """This cluster with each node's (host, host_id, zone) from `where` (by node name);
+        a node `where` says nothing of keeps what it had."""
+        def moved(node: Node) -> Node:
+            host, host_id, zone = where.get(node.name, (None, None, None))
+            if host is None and host_id is None and zone is None:
+                return node
+            return replace(node, host=host, host_id=host_id, zone=zone)
+
+        return replace(self, nodes=tuple(moved(n) for n in self.nodes))
+
     def rank_nodes(self, n: int) -> list[Node]:
-        """Rank -> node for a run on the first n nodes (--map-by slot: a node's slots in a
-        row); its length is the run's rank count."""
-        return [node for node in self.nodes[:n] for _ in range(node.slots)]
+        """Rank -> node for a run on the first n nodes of the hostfile (by_host; --map-by
+        slot: a node's slots in a row); its length is the run's rank count."""
+        return [node for node in self.by_host[:n] for _ in range(node.slots)]
 
     # -- the record -----------------------------------------------------------
     @classmethod
@@ -110,7 +160,8 @@ class Cluster:
             nodes = tuple(
                 Node(name=str(n["name"]), role=_one_of(n["role"], ("master", "worker"), "role"),
                      private_ip=str(n["private_ip"]), public_ip=n.get("public_ip") or None,
-                     gpus=int(n.get("gpus") or 0), id=n.get("id"))
+                     gpus=int(n.get("gpus") or 0), id=n.get("id"), host=n.get("host") or None,
+                     host_id=n.get("host_id") or None, zone=n.get("zone") or None)
                 for n in data["nodes"]
             )
             if not nodes or not nodes[0].is_master or any(n.is_master for n in nodes[1:]):

@@ -21,7 +21,7 @@ from . import credentials, ledger, lifetime, ui
 from .cluster import Cluster
 from .errors import DeployerError, NoLongerExpired, OperationFailed, UsageError
 from .origin import origin_of
-from .pipeline import boot, drift, inventory, rekey, timings
+from .pipeline import boot, drift, inventory, placement, rekey, timings
 from .pipeline.readiness import wait_for_boot
 from .providers import get_provider
 from .providers.base import Provider
@@ -254,7 +254,8 @@ def provision(run: UpRun) -> Cluster:
                 ui.info(f"  {line}")
 
         eng.apply(on_event, replace=[provider.node_resource(n) for n in run.recreated])
-        cluster = Cluster.parse(eng.output()["cluster"])
+        # Where each node landed (the provider's observation: Terraform reads no hostId).
+        cluster = placement.locate(provider, state, run.tf_env, Cluster.parse(eng.output()["cluster"]))
         state.write_cluster(cluster)
         ledger.note(state, cluster)  # node-hours from now on (created, scaled)
         placed = provider.place(spec, state, cluster)
@@ -266,6 +267,9 @@ def provision(run: UpRun) -> Cluster:
         run.exposed = credentials.prepare(state.secrets_dir, spec.monitoring, cluster)
         run.tf_changed = changes.get("add", 0) + changes.get("change", 0) + changes.get("remove", 0)
     ui.ok(f"terraform: {changes.get('add', 0)} added, {changes.get('change', 0)} changed, {changes.get('remove', 0)} destroyed")
+    placed_on = placement.describe(cluster)
+    if placed_on:
+        ui.info(f"  {placed_on}")
     return cluster
 
 
@@ -337,6 +341,7 @@ def finish(run: UpRun, cluster: Cluster, plan: drift.ConfigurePlan, ansible_chan
     ui.ok(("no changes: the cluster already matched the spec" if converged else "cluster is up")
           + f" ({took['total_s']:.0f}s). Next: `deployer ssh`, `deployer bench`, `deployer status`")
     ui.info(timings.summary("up", len(cluster.nodes), took))
+    _warn_if_packed(run.spec, cluster)  # last, where it is read
     return {"name": run.spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run.run_dir),
             "started": run.started, "recreated": run.recreated, "configured": plan.why, "setup": True, "timings": took}
 
@@ -354,9 +359,16 @@ def _provisioned_only(run: UpRun, cluster: Cluster, inv: Path) -> UpResult:
           + f" ({took['total_s']:.0f}s), not set up (--no-setup){pending}. Next: `deployer up` sets it up; "
           f"`deployer status`, `deployer ssh-config` show what was made")
     ui.info(timings.summary("up", len(cluster.nodes), took))
+    _warn_if_packed(run.spec, cluster)
     return {"name": run.spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run.run_dir),
             "started": run.started, "recreated": run.recreated, "configured": {}, "setup": False,
             "to_configure": plan.why, "timings": took}
+
+
+def _warn_if_packed(spec: ClusterSpec, cluster: Cluster) -> None:
+    packed = placement.spread_warning(spec, cluster)
+    if packed:
+        ui.warn(packed)
 
 
 def _only(cluster: Cluster, names: list[str]) -> Cluster:

@@ -9,7 +9,10 @@ decision is a pure function the unit tests run on recorded output.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
 
 # What slurmd -C reports that slurm.conf's node line takes as is (its hardware layout).
 LAYOUT_KEYS = ("CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore")
@@ -180,3 +183,27 @@ def not_ready(sinfo: str, names: list[str]) -> list[str]:
         if len(parts) >= 2:
             seen[parts[0]] = parts[1]  # a node in two partitions: one state for both
     return [f"{n}: {seen.get(n, 'not in sinfo')}" for n in names if seen.get(n) not in READY_STATES]
+
+
+# The top switch of topology.conf: every host's switch hangs from it, so the network is
+# one fabric and a job may span every node (Slurm: "Jobs can only span nodes connected by
+# the same switch fabric").
+TOP_SWITCH = "cloud"
+
+
+def topology_conf(cluster: Cluster) -> str | None:
+    """topology.conf (TopologyPlugin=topology/tree) from where the nodes run: a switch per
+    host holding its nodes, one above them all, so Slurm gives a job nodes of as few hosts
+    as it can (pairs on one host talk through its bridge, not the NIC). The switches are
+    named host1, host2... in the hostfile's order, a comment naming each host (a hostId is
+    56 characters). None when a node's host is not known: no topology beats a wrong one."""
+    groups = cluster.host_groups()
+    if not groups or None in groups:
+        return None
+    lines = ["# Rendered by deployer from where each node runs (the cluster record's host); do not edit."]
+    for i, (host, nodes) in enumerate(groups.items(), 1):
+        lines.append(f"# host{i}: {host}")
+        lines.append(f"SwitchName=host{i} Nodes={','.join(n.name for n in nodes)}")
+    lines.append(f"SwitchName={TOP_SWITCH} Switches=host[1-{len(groups)}]" if len(groups) > 1
+                 else f"SwitchName={TOP_SWITCH} Switches=host1")
+    return "\n".join(lines) + "\n"

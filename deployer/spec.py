@@ -103,6 +103,31 @@ class OpenStackSpec(_Strict):
     admin_cidr: ipaddress.IPv4Network | None = Field(
         default=None, description="who may SSH to the master; default: this machine's public address (/32), when it has one"
     )
+    placement: Literal["spread", "pack", "any"] = Field(
+        default="spread", description="where Nova puts the nodes: spread (each on another hypervisor while there is one "
+        "with room: a host's failure takes fewer nodes, pairs talk through the NIC), pack (on as few hypervisors as "
+        "possible: pairs talk through the host's bridge), any (no server group); a server group made with the cluster, "
+        "fixed at creation (docs/openstack.md, \"Placement\")"
+    )
+    placement_hard: bool = Field(
+        default=False, description="make spread or pack a rule (anti-affinity, affinity): a node Nova cannot place so "
+        "fails to build, and the preflight refuses spread for more nodes than the cloud has hypervisors; default: a "
+        "preference (soft-anti-affinity, soft-affinity) that Nova drops when no host fits"
+    )
+
+    @model_validator(mode="after")
+    def _hard_needs_a_policy(self) -> "OpenStackSpec":
+        if self.placement_hard and self.placement == "any":
+            raise ValueError("placement_hard needs placement: spread or pack (any makes no server group)")
+        return self
+
+    @property
+    def server_group_policy(self) -> str | None:
+        """The Nova server group policy `placement` asks for; None: no group."""
+        if self.placement == "any":
+            return None
+        policy = "anti-affinity" if self.placement == "spread" else "affinity"
+        return policy if self.placement_hard else f"soft-{policy}"
 
 
 class GpuRuntimeSpec(_Strict):
@@ -340,6 +365,8 @@ openstack:
   # gpu_virtualization: passthrough  # or vgpu; default auto: from the flavor's extra specs
   auto_teardown: false  # true (with ttl): the master deletes the servers at expiry, even with this machine off
   # admin_cidr: 203.0.113.7/32  # who may SSH to the master; default: this machine's public address
+  placement: spread     # spread (nodes on different hypervisors) | pack (on as few as possible) | any
+  placement_hard: false # true: a rule, not a preference (a node that cannot be placed so fails)
 
 # gpu_runtime:          # the torch build GPU nodes get; default: chosen from the driver and GPUs (docs/gpu.md)
 #   torch: 2.7.1

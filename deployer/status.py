@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from . import lifetime
 from .origin import origin_of
 from .pipeline import drift
+from .pipeline.placement import located
 from .providers import get_provider
 from .state import ClusterState
 
@@ -89,6 +90,8 @@ def status(state: ClusterState) -> dict[str, Any] | None:
         master = cluster.master.name
         reach = _through_master(cluster, state, running, master in running and probes.get([master])[master])
     states = drift.node_states(cluster, seen, record, reach)
+    # Where each node runs now (a migration moves it), else where it ran when recorded.
+    cluster = located(cluster, seen)
     return {
         "name": cluster.name,
         "id": state.cluster_id,  # what the cloud's metadata and tags carry (origin.json)
@@ -125,6 +128,21 @@ def lifetime_of(state: ClusterState) -> dict[str, Any] | None:
             "seconds_left": round(lifetime.seconds_left(record, lifetime.now()) or 0)}
 
 
+def by_host(nodes: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:
+    """`status --json`'s nodes grouped by host, the master's host first; None: not known."""
+    groups: dict[str | None, list[dict[str, Any]]] = {}
+    for n in nodes:
+        groups.setdefault(n.get("host"), []).append(n)
+    return groups
+
+
+def _short(host: str | None) -> str:
+    """A host for the table: a hostId (56 hex digits) cut to its first 12, as git does."""
+    if host is None:
+        return "-"
+    return host[:12] if len(host) == 56 and all(c in "0123456789abcdef" for c in host) else host
+
+
 def show(info: dict[str, Any]) -> None:
     """`deployer status` for a person: the node table, the time left, what to do next."""
     from rich.table import Table
@@ -132,12 +150,18 @@ def show(info: dict[str, Any]) -> None:
     from . import ui
 
     t = Table(title=f"cluster {info['name']} ({info['provider']}, id {info.get('id') or '-'})")
-    for col in ("name", "role", "private_ip", "public_ip", "gpus", "state"):
+    for col in ("host", "name", "role", "private_ip", "public_ip", "gpus", "state"):
         t.add_column(col)
-    for n in info["nodes"]:
-        colour = "green" if n["state"] == "ok" else "red"
-        t.add_row(n["name"], n["role"], n["private_ip"], n["public_ip"] or "-", str(n["gpus"]), f"[{colour}]{n['state']}[/]")
+    for host, nodes in by_host(info["nodes"]).items():
+        for i, n in enumerate(nodes):
+            colour = "green" if n["state"] == "ok" else "red"
+            t.add_row(_short(host) if i == 0 else "", n["name"], n["role"], n["private_ip"], n["public_ip"] or "-",
+                      str(n["gpus"]), f"[{colour}]{n['state']}[/]", end_section=i == len(nodes) - 1)
     ui.out.print(t)
+    hosts = by_host(info["nodes"])
+    if len(info["nodes"]) > 1 and None not in hosts:
+        zones = sorted({n.get("zone") for n in info["nodes"] if n.get("zone")})
+        ui.info(f"{len(info['nodes'])} node(s) on {len(hosts)} host(s)" + (f", zone {', '.join(zones)}" if zones else ""))
     life = info.get("lifetime")
     if life:
         left = life["seconds_left"]

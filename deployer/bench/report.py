@@ -92,6 +92,7 @@ def aggregate(
     mode: str = "dp",
     link_bidir_gbit_s: float | None = None,
     network: dict[str, Any] | None = None,
+    hosts: Mapping[int, int | None] | None = None,
 ) -> dict[str, Any]:
     """Build the --json record from (nodes, benchmark JSON) pairs.
 
@@ -99,7 +100,8 @@ def aggregate(
     rows, those of the other mode (ensemble beside dp) add ensemble_img_per_sec and
     comm_share to the row of the same node count. link_bidir_gbit_s (iperf3 --bidir,
     per direction) is kept beside the one-way rate as link.bidir_gbit_s. Efficiency is against the smallest
-    node count measured: T_1 when 1 is in the sweep, else T_b/b for baseline b.
+    node count measured: T_1 when 1 is in the sweep, else T_b/b for baseline b. `hosts`:
+    node count -> the hosts its run spanned (cluster.hosts_of), kept on each row.
     """
     primary: dict[int, dict[str, Any]] = {}
     other: dict[int, dict[str, Any]] = {}
@@ -122,6 +124,7 @@ def aggregate(
                 "batch_size": run.get("batch_size"),
                 "image_size": run.get("image_size"),
                 "baseline_nodes": base_n,
+                "hosts": (hosts or {}).get(nodes),
             }
             if nodes in other and mode == "dp":
                 ens = other[nodes]["img_per_sec"]
@@ -307,6 +310,7 @@ CSV_FIELDS = [
     "kind", "nodes", "ranks", "img_per_sec", "img_per_sec_per_rank", "efficiency",
     "ensemble_img_per_sec", "comm_share", "bytes", "time_us", "algbw_gb_s", "busbw_gb_s", "wrong",
     "epoch", "top1", "epoch_s", "elapsed_s", "time_to_target_s", "reached", "data_wait_frac", "read_mb_per_s",
+    "hosts",
 ]
 
 
@@ -492,6 +496,16 @@ def _num(x: float | None, fmt: str) -> str:
     return "—" if x is None else format(x, fmt)
 
 
+def hosts_line(report: Mapping[str, Any]) -> str | None:
+    """How many hosts the sweep's runs spanned (the hostfile puts a host's nodes together,
+    so a run on N nodes takes as few as the placement allows); None: not known."""
+    spans = [(r["nodes"], r["hosts"]) for r in report.get("results") or [] if r.get("hosts") is not None]
+    if not spans:
+        return None
+    said = ", ".join(f"{n} node(s) on {h}" for n, h in spans)
+    return f"hosts: {said} (pairs on one host talk through its bridge, across hosts through the network)"
+
+
 def summary_lines(report: Mapping[str, Any]) -> list[str]:
     """What the numbers were measured with and against: the precision flags, NVIDIA's figure
     for this GPU and where it is from, and where NCCL's warnings went (GPU runs)."""
@@ -501,6 +515,9 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
         lines += [reference_line(report) or "", reference_source(report["reference"])]
     else:
         lines.append(reference_line(report) or "")  # "no comparable NVIDIA figure: ..." where one exists
+    spans = hosts_line(report)
+    if spans:
+        lines.append(spans)
     nccl = versions.get("nccl_debug")
     if nccl:
         copied = (report.get("files") or {}).get("nccl_logs")
@@ -516,11 +533,12 @@ def results_table(report: dict[str, Any]) -> Table:
     t = Table(title=f"ResNet synthetic — {report['run_id']}" + (f"\n{header}" if header else ""),
               caption="\n".join(summary_lines(report)) or None, caption_justify="left")
     ref = report.get("reference")
-    cols = ["nodes", "ranks", "img/s", "img/s per rank", "efficiency", "ensemble img/s", "comm share"]
+    cols = ["nodes", "hosts", "ranks", "img/s", "img/s per rank", "efficiency", "ensemble img/s", "comm share"]
     for col in cols + (["of NVIDIA"] if ref else []):
         t.add_column(col, justify="right")
     for r in report["results"]:
-        cells = [str(r["nodes"]), str(r["ranks"]), _num(r["img_per_sec"], ".1f"),
+        hosts = r.get("hosts")
+        cells = [str(r["nodes"]), "-" if hosts is None else str(hosts), str(r["ranks"]), _num(r["img_per_sec"], ".1f"),
                  _num(r["img_per_sec_per_rank"], ".1f"), _num(r["efficiency"], ".1%"),
                  _num(r.get("ensemble_img_per_sec"), ".1f"), _num(r.get("comm_share"), ".1%")]
         t.add_row(*cells, *([_num(reference_share(r, ref), ".0%")] if ref else []))

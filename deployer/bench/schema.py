@@ -9,7 +9,8 @@ added `network` (bench --net), `files.timeline` and `versions.kernel`; version 3
 (bench --data: time to a target accuracy on real data, per node count) and
 `versions.dataset`; version 6 the data-loading figures of each training run (img/s in
 memory, loading cost, data wait, read MB/s) and the shared storage's reads from
-node_exporter; `load` reads 1 to 6.
+node_exporter; version 7 `hosts` on each scaling row (how many hypervisors the run's nodes
+spanned, from the cluster record's placement); `load` reads 1 to 7.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import RecordError, UsageError
 
-SCHEMA = 6
-READABLE = (1, 2, 3, 4, 5, 6)
+SCHEMA = 7
+READABLE = (1, 2, 3, 4, 5, 6, 7)
 
 
 class _Model(BaseModel):
@@ -43,6 +44,7 @@ class ScalingRow(_Model):
     baseline_nodes: int
     ensemble_img_per_sec: float | None = None
     comm_share: float | None = None  # 1 - dp / ensemble; negative means noise: rerun
+    hosts: int | None = None  # hypervisors the run's nodes spanned (placement); None: not known
 
 
 class AllreduceRow(_Model):

@@ -266,7 +266,8 @@ def run_bench(runner: Runner, cluster: Cluster, opts: BenchOptions, run_id: str,
     versions = session.versions(resnet[0][1].get("versions", {}) if resnet else {}, list(opts.nodes), asdict(opts), sharing,
                                 allreduce=allreduce[0][1].get("versions", {}) if allreduce else None)
     report = bench_report.aggregate(run_id, resnet, allreduce, link, versions, mode=opts.mode,
-                                    link_bidir_gbit_s=bidir, network=network)
+                                    link_bidir_gbit_s=bidir, network=network,
+                                    hosts={n: cluster.hosts_of(n) for n in opts.nodes})
     return session.publish(report, nccl_copy, timeline)
 
 

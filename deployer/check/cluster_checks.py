@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 import statistics
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OperationFailed
@@ -75,20 +76,34 @@ def measure_network(runner: Runner, cluster: Cluster) -> list[dict[str, Any]]:
     return out
 
 
-def network_findings(measured: list[dict[str, Any]], nodes: list[NodeReport]) -> list[Finding]:
+def network_findings(measured: list[dict[str, Any]], nodes: list[NodeReport],
+                     same_host: Callable[[str, str], bool | None] | None = None) -> list[Finding]:
     """Per node (appended to its report): its best pair against the median of the pairs it
     is not in (a slow node drags the median of all pairs down with it); for the cluster:
-    the matrix and the slowest pair against the other pairs' median."""
-    rated = [p for p in measured if p["gbit_s"] is not None]
+    the matrix and the slowest pair against the other pairs' median.
+
+    `same_host` (cluster.same_host) tells pairs on one host from pairs across hosts: two
+    VMs on one hypervisor talk through its bridge, at no link's rate, so where the matrix
+    has both, only the cross-host pairs are held against each other (a node with a fast
+    same-host pair is not the slow one for it, nor is the others' median raised by it) and
+    the same-host pairs are reported beside them."""
+    for p in measured:
+        p["same_host"] = same_host(p["src"], p["dst"]) if same_host else None
+    rated_all = [p for p in measured if p["gbit_s"] is not None]
+    cross = [p for p in rated_all if p["same_host"] is not True]
+    # Only when the matrix has both kinds: a cluster on one host (local) compares its own.
+    rated = cross if cross and len(cross) < len(rated_all) else rated_all
+    local = [p for p in rated_all if p not in rated]
     for n in nodes:
         mine = [p["gbit_s"] for p in rated if n.name in (p["src"], p["dst"])]
         failed = [p for p in measured if p["gbit_s"] is None and n.name in (p["src"], p["dst"])]
-        if failed and not mine:
+        if failed and not mine and not any(n.name in (p["src"], p["dst"]) for p in local):
             n.findings.append(Finding("network", "fail", f"iperf3 failed on every pair: {failed[0].get('error')}"))
             continue
         rest = [p["gbit_s"] for p in rated if n.name not in (p["src"], p["dst"])]
-        if not mine or not rest:  # two nodes: one pair, nothing to hold it against
-            n.findings.append(Finding("network", "pass", f"{max(mine, default=0):.2f} Gbit/s", {"gbit_s": mine}))
+        if not mine or not rest:  # two nodes: one pair, nothing to hold it against (or only same-host pairs)
+            said = f"{max(mine, default=0):.2f} Gbit/s" if mine else _same_host_said(n.name, local)
+            n.findings.append(Finding("network", "pass", said, {"gbit_s": mine}))
             continue
         best, median = max(mine), statistics.median(rest)
         status: Status = "fail" if best < NET_FAIL * median else "warn" if best < NET_WARN * median else "pass"
@@ -101,10 +116,20 @@ def network_findings(measured: list[dict[str, Any]], nodes: list[NodeReport]) ->
     others = [p["gbit_s"] for p in rated if p is not slowest]
     median = statistics.median(others) if others else slowest["gbit_s"]
     slow = slowest["gbit_s"] < NET_FAIL * median  # one pair: noisier than a node's best, so only a clear gap
-    said = (f"{len(rated)} pair(s); slowest {slowest['src']} - {slowest['dst']} {slowest['gbit_s']:.2f} Gbit/s, "
+    across = " across hosts" if local else ""
+    said = (f"{len(rated)} pair(s){across}; slowest {slowest['src']} - {slowest['dst']} {slowest['gbit_s']:.2f} Gbit/s, "
             f"the others' median {median:.2f}")
+    if local:
+        said += (f"; {len(local)} pair(s) on one host (its bridge, not the network: not compared), median "
+                 f"{statistics.median(p['gbit_s'] for p in local):.2f} Gbit/s")
     return [Finding("network", "warn" if slow else "pass", said + (": a slow link" if slow else ""),
-                    {"pairs": measured, "median_gbit_s": statistics.median(p["gbit_s"] for p in rated), "slowest": slowest})]
+                    {"pairs": measured, "median_gbit_s": statistics.median(p["gbit_s"] for p in rated), "slowest": slowest,
+                     **({"same_host_median_gbit_s": statistics.median(p["gbit_s"] for p in local)} if local else {})})]
+
+
+def _same_host_said(name: str, local: list[dict[str, Any]]) -> str:
+    rates = [p["gbit_s"] for p in local if name in (p["src"], p["dst"])]
+    return f"{max(rates):.2f} Gbit/s at best, on one host (its bridge, not compared)" if rates else "no pair measured"
 
 
 def measure_straggler(runner: Runner, cluster: Cluster,

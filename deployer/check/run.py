@@ -183,7 +183,7 @@ def _cluster_wide(state: ClusterState, cluster: Cluster, nodes: list[NodeReport]
 
     runner = MasterRunner(state, cluster)
     say(f"  network: iperf3 on {len(cluster_checks.pairs(cluster))} pair(s) of nodes, one at a time")
-    found = cluster_checks.network_findings(cluster_checks.measure_network(runner, cluster), nodes)
+    found = cluster_checks.network_findings(cluster_checks.measure_network(runner, cluster), nodes, cluster.same_host)
     measured = next((f.value for f in found if f.check == "network"), None) or {}
     slowest = (measured.get("slowest") or {}).get("gbit_s")
     say("  latency: an MPI ping-pong between every pair of nodes, every rank watched")

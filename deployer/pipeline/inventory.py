@@ -14,6 +14,7 @@ import yaml
 
 from ..paths import assets_root
 from ..providers import get_provider
+from ..slurm import topology_conf
 from .boot import accepted_keys
 
 if TYPE_CHECKING:
@@ -23,8 +24,10 @@ if TYPE_CHECKING:
 
 
 def hostfile(cluster: Cluster) -> str:
-    """One line per node, master first; slots = GPUs (1 on CPU nodes)."""
-    return "".join(f"{n.private_ip} slots={n.slots}\n" for n in cluster.nodes)
+    """One line per node, master first, the nodes of one host next to each other
+    (cluster.by_host: neighbouring ranks share a host, and `head -n N` of it, bench's run on
+    N nodes, spans as few hosts as there are); slots = GPUs (1 on CPU nodes)."""
+    return "".join(f"{n.private_ip} slots={n.slots}\n" for n in cluster.by_host)
 
 
 def render(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> dict[str, Any]:
@@ -42,6 +45,9 @@ def render(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> dict
             "node_role": node.role,
             "node_index": i,
             "gpus": node.gpus,
+            # Where it runs (placement); None: not known.
+            "node_host": node.host,
+            "node_zone": node.zone,
         }
     m = spec.monitoring
     group_vars = {
@@ -72,6 +78,8 @@ def render(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> dict
         "deployer_grafana_enabled": m.grafana,
         "deployer_jupyter_enabled": spec.jupyter,
         "deployer_scheduler": spec.scheduler,
+        # Slurm's topology.conf from where the nodes run (slurm.topology_conf); None: not known.
+        "deployer_slurm_topology": topology_conf(cluster),
         "deployer_secrets_dir": str(state.secrets_dir),
         "deployer_repo_dir": str(assets_root()),
         # The teardown_timer role runs everywhere (it removes a timer a cluster no longer

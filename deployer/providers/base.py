@@ -27,6 +27,12 @@ MachineState = Literal["running", "stopped", "missing"]
 class Machine:
     state: MachineState
     id: str | None = None  # the provider's identity of the machine (server id, instance id)
+    # Where it runs (docs/openstack.md, "Placement"): host is the hypervisor as this user
+    # may name it (its name, else Nova's hostId), host_id Nova's per-project hash of it
+    # (locally, this machine's name for both), zone the availability zone. None: not told.
+    host: str | None = None
+    host_id: str | None = None
+    zone: str | None = None
 
 
 @dataclass

@@ -24,6 +24,18 @@ data "openstack_images_image_v2" "node" {
   most_recent = true
 }
 
+# Where Nova puts the nodes (openstack.placement): one server group per cluster, which
+# every node joins at creation. Its name carries the id (a group can carry neither
+# metadata nor tags: down's leftover check and gc find it by the name). The soft
+# policies need compute microversion 2.15, which the provider asks for itself
+# (compute_servergroup_v2.go). `policies` is ForceNew: the deployer's preflight refuses a
+# changed placement on a running cluster instead of letting a replaced group orphan it.
+resource "openstack_compute_servergroup_v2" "cluster" {
+  count    = var.placement_policy == null ? 0 : 1
+  name     = "${var.cluster_name}-${var.cluster_id}"
+  policies = [var.placement_policy]
+}
+
 resource "openstack_compute_instance_v2" "node" {
   for_each = module.design.nodes
   name     = each.key
@@ -52,6 +64,14 @@ resource "openstack_compute_instance_v2" "node" {
 
   network {
     port = openstack_networking_port_v2.node[each.key].id
+  }
+
+  # Into the cluster's server group, when it has one. The hint is read at creation only.
+  dynamic "scheduler_hints" {
+    for_each = openstack_compute_servergroup_v2.cluster[*].id
+    content {
+      group = scheduler_hints.value
+    }
   }
 
   # GPU flavors often have a small (or 0 GB) root disk: boot from a Cinder volume
@@ -87,6 +107,9 @@ resource "openstack_compute_instance_v2" "node" {
     # refuses a flavor the running nodes do not have unless `--replace` names every one of
     # them (they are made anew with it); this keeps Terraform from resizing even if run
     # by hand. config_drive is ForceNew: nodes made before it was set are kept as they are.
-    ignore_changes = [image_id, key_pair, user_data, block_device, flavor_id, flavor_name, config_drive]
+    # scheduler_hints too (its group is ForceNew, and the provider never reads it back):
+    # nodes made before the cluster had a server group stay where they are, outside it;
+    # only nodes made from then on join it.
+    ignore_changes = [image_id, key_pair, user_data, block_device, flavor_id, flavor_name, config_drive, scheduler_hints]
   }
 }

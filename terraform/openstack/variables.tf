@@ -186,6 +186,16 @@ variable "flavor_ram_mb" {
   }
 }
 
+variable "placement_policy" {
+  type        = string
+  description = "Policy of the cluster's Nova server group, which every node joins: soft-anti-affinity (spread over hypervisors while one has room), soft-affinity (pack), anti-affinity or affinity (a rule: a node Nova cannot place so fails to build); null: no server group. Fixed at creation: the deployer refuses a change on a running cluster."
+  default     = null
+  validation {
+    condition     = var.placement_policy == null || contains(["soft-anti-affinity", "soft-affinity", "anti-affinity", "affinity"], coalesce(var.placement_policy, "-"))
+    error_message = "placement_policy must be soft-anti-affinity, soft-affinity, anti-affinity, affinity or null."
+  }
+}
+
 # ---- network -------------------------------------------------------------------------------
 
 variable "external_network" {

@@ -67,7 +67,7 @@ def report():
 
 
 def test_aggregate_schema_and_figures(report):
-    assert report["schema"] == 6
+    assert report["schema"] == 7
     assert set(report) == {"schema", "run_id", "results", "allreduce", "link", "network", "files", "versions", "reference"}
     assert report["reference"] is None  # a CPU run: no GPU to set against NVIDIA's figures
     assert [r["nodes"] for r in report["results"]] == [1, 2, 3]  # ensemble run is not a row

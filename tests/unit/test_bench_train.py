@@ -124,7 +124,7 @@ def test_time_to_target_per_n_and_a_valid_report_on_disk(cluster, tmp_path):
     assert two["efficiency"] == pytest.approx(two["img_per_sec"] / (2 * one["img_per_sec"]))
     assert rep["versions"]["dataset"]["name"] == "digits" and rep["versions"]["dataset"]["train_samples"] == 1437
     again = bench_schema.load(out / "results.json")
-    assert again == rep and again["schema"] == 6
+    assert again == rep and again["schema"] == 7
     assert {Path(p).name for p in rep["files"]["plots"]} == {"throughput.png", "efficiency.png", "accuracy.png",
                                                              "time_to_accuracy.png", "data_loading.png"}
     assert all(Path(p).stat().st_size > 1000 for p in rep["files"]["plots"])

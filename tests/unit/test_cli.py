@@ -209,7 +209,10 @@ def _fake_up_world(monkeypatch, tmp_path, *, changes):
             return f"node[{node!r}]"
 
         def observe(self, state, env, nodes):
-            raise AssertionError("nothing recorded yet: no observation")
+            # Only where the nodes landed, after Terraform (pipeline/placement.py): one host.
+            from deployer.providers.base import Machine, Observation
+
+            return Observation(nodes={n: Machine("running", f"id-{n}", host="h1", host_id="h1", zone="nova") for n in nodes})
 
         def repair(self, spec, state, cluster, seen):
             return Repair()

@@ -94,6 +94,7 @@ def test_slurm_conf_for_a_2_gpu_node(rendered):
     assert "PartitionName=batch Nodes=ALL Default=YES" in conf
     # A cloud VM with cgroup v2 and Slurm 22.05: cgroup tracking and confinement.
     assert "ProctrackType=proctrack/cgroup" in conf and "TaskPlugin=task/cgroup,task/affinity" in conf
+    assert "TopologyPlugin" not in conf, "no placement known: no topology"
 
 
 def test_gres_conf_names_the_gpu_nodes_device_files(rendered):
@@ -114,11 +115,14 @@ def test_the_local_node_facts_render_a_cpu_only_conf(tmp_path):
                  "src": str(ROLE / "templates/slurm.conf.j2"), "dest": str(tmp_path / "slurm.conf"), "mode": "0644",
              }}]}]
     ev = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-          "slurm_facts": {"demo-master": LXC, "demo-worker-1": LXC}}
+          "slurm_facts": {"demo-master": LXC, "demo-worker-1": LXC},
+          # a local cluster is one host: one switch under the top one (slurm.topology_conf)
+          "deployer_slurm_topology": "SwitchName=host1 Nodes=demo-master,demo-worker-1\nSwitchName=cloud Switches=host1\n"}
     r = run_playbook(play, inv_path, tmp_path, "-e", json.dumps(ev))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     conf = (tmp_path / "slurm.conf").read_text()
     assert "GresTypes" not in conf
+    assert "TopologyPlugin=topology/tree" in conf.splitlines()
     from deployer import slurm
 
     assert "ProctrackType=proctrack/cgroup" in conf and "TaskPlugin=task/cgroup\n" in conf

@@ -327,6 +327,9 @@ def test_openstack_tfvars_values(state):
     v = openstack_tfvars(state, image="1bea47ed-f6a9-463b-b423-14b9cca9ad27", network="lab")
     assert v["image_id"] == "1bea47ed-f6a9-463b-b423-14b9cca9ad27" and "image_name" not in v
     assert v["create_network"] is False and v["network_name"] == "lab"
+    assert openstack_tfvars(state)["placement_policy"] == "soft-anti-affinity"  # spread, by default
+    assert openstack_tfvars(state, placement="pack", placement_hard=True)["placement_policy"] == "affinity"
+    assert "placement_policy" not in openstack_tfvars(state, placement="any")  # no server group
 
 
 def test_local_tfvars_cover_required_and_nothing_unknown(state, tmp_path):

@@ -14,6 +14,7 @@ import ipaddress
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Collection
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from ...state import ClusterState
 
 # Tools the driver calls, and the Debian package that ships each.
+# The zone the local provider reports for its nodes: there is one, this machine.
+LOCAL_ZONE = "local"
+
 REQUIRED_TOOLS = {
     "lxc-start": "lxc",
     "debootstrap": "debootstrap",
@@ -270,7 +274,10 @@ class LocalProvider:
             has_table = pool.submit(network.nft_table_exists, state.name)  # beside lxc-ls: two commands, one wait
             # Containers another cluster of this name made (another id) are not this one's.
             found = {n: st for n, st in node.containers(state.name).items() if node.cluster_id_of(n) == state.cluster_id}
-            seen = {n: Machine(found[n], node.instance_id(n)) if n in found else Machine("missing") for n in nodes}
+            # Every container runs on this machine: one host, named as the machine names itself.
+            here = socket.gethostname()
+            seen = {n: Machine(found[n], node.instance_id(n), host=here, host_id=here, zone=LOCAL_ZONE) if n in found
+                    else Machine("missing") for n in nodes}
             other = []
             if Path("/sys/class/net", bridge_name(state.name)).exists():
                 other.append(f"bridge {bridge_name(state.name)}")

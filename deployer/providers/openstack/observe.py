@@ -97,11 +97,15 @@ def observe(cluster: str, cluster_id: str | None, env: dict[str, str], nodes: li
         raise OperationFailed(f"cluster {cluster} has made nothing in this state dir (no origin.json): nothing to look for")
     with session(env) as conn, cloud_errors(conn, f"listing what exists of cluster {cluster}"):
         servers = {s.name: s for s in own_servers(conn, cluster, cluster_id)}
-        seen = {
-            n: Machine("stopped" if servers[n].status in STOPPED else "running", servers[n].id) if n in servers else Machine("missing")
-            for n in nodes
-        }
+        seen = {n: _machine(servers[n]) if n in servers else Machine("missing") for n in nodes}
         return Observation(nodes=seen, extra=sorted(set(servers) - set(nodes)), other=_other(conn, cluster, cluster_id))
+
+
+def _machine(server: Any) -> Machine:
+    from .placement import where
+
+    host, host_id, zone = where(server)
+    return Machine("stopped" if server.status in STOPPED else "running", server.id, host=host, host_id=host_id, zone=zone)
 
 
 # The action that brings a server of each not-running status back (Nova allows `start`

@@ -351,6 +351,18 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
                         f"floating IP {o.floating_ip} is associated with another port; disassociate it or remove openstack.floating_ip"
                     )
 
+    if o.server_group_policy == "anti-affinity":
+        from .placement import count_hosts, hosts_problem
+
+        with cloud_errors(conn, "counting the cloud's hypervisors"):
+            hosts = count_hosts(conn)
+        problem = hosts_problem(hosts, spec.nodes, o.server_group_policy)
+        if problem:
+            problems.append(problem)
+        elif hosts is None:
+            warnings.append("openstack.placement_hard: this user may not list the cloud's hypervisors, so whether each node "
+                            "can have one of its own is not known before Nova tries (a node it cannot place fails to build)")
+
     if problems:
         extra = f" (and {len(problems) - 1} more: {'; '.join(problems[1:])})" if len(problems) > 1 else ""
         raise PreflightError(problems[0] + extra)

@@ -36,8 +36,15 @@ class OpenStackProvider:
         """Auth, flavor, image, networks, key pair, floating IP and quotas; creates nothing.
         A flavor the running nodes do not have is refused unless `replacing` (--replace)
         names every one of them; then the plan is said here, before anything happens."""
+        from .placement import policy_change_problem
         from .preflight import check
 
+        workdir = state.terraform_dir / "openstack"
+        changed = policy_change_problem(workdir, spec.openstack.server_group_policy)
+        if changed:
+            from ...errors import PreflightError
+
+            raise PreflightError(changed)
         with ui.status(f"Checking OpenStack project for {spec.nodes} node(s) of {spec.openstack.flavor}"):
             result = check(spec, cluster_exists=terraform.has_resources(state.terraform_dir / "openstack"),
                            cluster_id=state.cluster_id, replacing=replacing)
@@ -99,6 +106,8 @@ class OpenStackProvider:
             "root_volume_size": o.root_volume_size,
             "dns_nameservers": [str(ip) for ip in o.dns_nameservers],
             "boot_dir": str(state.boot_dir),
+            # The server group every node joins (openstack.placement); None: none.
+            "placement_policy": o.server_group_policy,
             # The expiry `up` recorded before Terraform runs (lifetime.py); a changed
             # expiry updates the servers' metadata in place.
             "expires_at": life.expires_at if (life := state.lifetime()) else None,

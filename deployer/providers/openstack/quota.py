@@ -89,6 +89,8 @@ def needs(spec: ClusterSpec, vcpus: int, ram_mb: int, *, fresh: bool) -> Needs:
     per_node = {"instances": 1, "cores": vcpus, "ram": ram_mb, "ports": 1}
     if o.root_volume_size:  # boot from a volume: one more volume per node
         per_node |= {"volumes": 1, "gigabytes": o.root_volume_size}
+    if o.server_group_policy:  # every node joins the cluster's server group (compute.tf)
+        per_node["server_group_members"] = 1
     if not fresh:  # the cluster's network, groups, volume and floating IP exist already
         return Needs(per_node, {})
     m = spec.monitoring
@@ -105,6 +107,7 @@ def needs(spec: ClusterSpec, vcpus: int, ram_mb: int, *, fresh: bool) -> Needs:
         "subnets": 1 if create_network else 0,
         "routers": 1 if create_network else 0,
         "ports": 2 if create_network else 0,  # router interface + DHCP
+        "server_groups": 1 if o.server_group_policy else 0,
     }
     return Needs(per_node, {k: v for k, v in fixed.items() if v})
 
@@ -214,6 +217,10 @@ def _quotas(conn: Any, project_id: str, warnings: list[str]) -> dict[str, Quota]
             quotas["instances"] = Quota("instances", _int(a.instances), _int(a.instances_used))
             quotas["cores"] = Quota("vCPUs (cores)", _int(a.total_cores), _int(a.total_cores_used))
             quotas["ram"] = Quota("RAM", _int(a.total_ram), _int(a.total_ram_used))
+            quotas["server_groups"] = Quota("server groups", _int(a.server_groups), _int(a.server_groups_used))
+            # A limit per group (Nova counts each group's members), and the cluster's group is
+            # its own: none used of it (its own members are what the cluster asks for anyway).
+            quotas["server_group_members"] = Quota("server group members", _int(a.server_group_members), 0)
         except openstack.exceptions.ForbiddenException:
             forbidden("compute")
 

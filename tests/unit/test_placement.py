@@ -1,0 +1,200 @@
+"""Placement: where each node landed, read back and used, from a recorded placement (no
+cloud): the record, the hostfile's order, Slurm's topology.conf, the check's network
+matrix, bench's hosts, the warnings and the preflight's refusals.
+
+The test cloud runs three fake compute hosts for the same on real Nova
+(tests/cloud/test_placement.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deployer.bench import report as bench_report
+from deployer.check import cluster_checks
+from deployer.check.model import NodeReport
+from deployer.cluster import Cluster
+from deployer.pipeline import inventory, placement
+from deployer.providers.base import Machine, Observation
+from deployer.providers.openstack import placement as os_placement
+from deployer.providers.openstack.quota import needs
+from deployer.slurm import topology_conf
+from deployer.spec import ClusterSpec
+from deployer.status import by_host
+
+H1, H2, H3 = "a1" * 28, "b2" * 28, "c3" * 28  # hostIds: 56 hex digits, as Nova gives them
+
+# Five nodes on three hosts, as soft-anti-affinity leaves them (2 + 2 + 1), recorded in an
+# order that interleaves the hosts: the master on H1, worker-1 on H2, worker-2 on H3...
+PLACED = {n: h for n, h in [("lab-master", H1), ("lab-worker-1", H2), ("lab-worker-2", H3),
+                            ("lab-worker-3", H1), ("lab-worker-4", H2)]}
+
+
+def _cluster(hosts: dict[str, str | None] | None = None, provider: str = "openstack") -> Cluster:
+    hosts = PLACED if hosts is None else hosts
+    return Cluster.parse({
+        "name": "lab", "provider": provider, "ssh_user": "ubuntu", "shared_dir": "/shared",
+        "nodes": [{"name": n, "role": "master" if i == 0 else "worker", "private_ip": f"10.0.0.{10 + i}", "gpus": 1,
+                   "host": h, "host_id": h, "zone": "nova" if h else None}
+                  for i, (n, h) in enumerate(hosts.items())],
+    })
+
+
+def test_the_record_keeps_host_and_zone_and_reads_old_records_without_them():
+    c = _cluster()
+    again = Cluster.parse(json.loads(json.dumps(c.to_output())))
+    assert again == c and again.workers[0].host == H2 and again.master.zone == "nova"
+    old = _cluster({n: None for n in PLACED})
+    assert old.master.host is None and old.by_host == old.nodes, "no placement known: the nodes' own order"
+    assert old.hosts_of(3) is None and topology_conf(old) is None
+
+
+def test_observation_fills_the_record_and_keeps_what_it_does_not_say():
+    c = _cluster({n: None for n in PLACED})
+    seen = Observation(nodes={"lab-master": Machine("running", "id0", host="h", host_id="x", zone="z"),
+                              "lab-worker-1": Machine("missing")})
+    placed = placement.located(c, seen)
+    assert (placed.master.host, placed.master.host_id, placed.master.zone) == ("h", "x", "z")
+    assert placed.workers[0].host is None
+
+
+def test_hostfile_puts_each_hosts_nodes_together_master_first():
+    c = _cluster()
+    assert [n.name for n in c.by_host] == ["lab-master", "lab-worker-3", "lab-worker-1", "lab-worker-4", "lab-worker-2"]
+    assert inventory.hostfile(c).splitlines() == [
+        "10.0.0.10 slots=1", "10.0.0.13 slots=1", "10.0.0.11 slots=1", "10.0.0.14 slots=1", "10.0.0.12 slots=1"]
+    # bench's run on N nodes is `head -n N` of it: ranks follow the same order
+    assert [n.name for n in c.rank_nodes(2)] == ["lab-master", "lab-worker-3"]
+    assert [c.hosts_of(n) for n in (1, 2, 3, 4, 5)] == [1, 1, 2, 2, 3]
+
+
+def test_topology_conf_is_a_switch_per_host_under_one():
+    text = topology_conf(_cluster())
+    assert text is not None
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    assert lines == ["SwitchName=host1 Nodes=lab-master,lab-worker-3",
+                     "SwitchName=host2 Nodes=lab-worker-1,lab-worker-4",
+                     "SwitchName=host3 Nodes=lab-worker-2",
+                     "SwitchName=cloud Switches=host[1-3]"]
+    assert f"# host1: {H1}" in text
+    one = topology_conf(_cluster({n: "here" for n in PLACED}, provider="local"))
+    assert one is not None and "SwitchName=cloud Switches=host1\n" in one
+
+
+def test_inventory_carries_the_topology_and_each_nodes_host(tmp_path):
+    from deployer.pipeline import boot
+    from deployer.state import ClusterState
+
+    st = ClusterState(tmp_path, "lab")
+    boot.ensure_host_keys(st, list(PLACED))
+    inv = inventory.render(_cluster(), ClusterSpec(name="lab", nodes=5), st)["all"]
+    assert inv["hosts"]["lab-worker-2"]["node_host"] == H3
+    assert inv["vars"]["deployer_slurm_topology"] == topology_conf(_cluster())
+
+
+def test_a_same_host_pair_among_cross_host_ones_names_no_false_slow_node():
+    # Three nodes on one host (their pairs go through its bridge: 40 Gbit/s), one node on
+    # each of two other hosts: every cross-host pair is the link's 10 Gbit/s. Held against
+    # the median of all other pairs (25), lab-worker-3 and -4 would be "the slow node".
+    hosts = {"lab-master": H1, "lab-worker-1": H1, "lab-worker-2": H1, "lab-worker-3": H2, "lab-worker-4": H3}
+    c = _cluster(hosts)
+    names = list(hosts)
+    measured = [{"src": a, "dst": b, "gbit_s": 40.0 if hosts[a] == hosts[b] else 10.0}
+                for i, a in enumerate(names) for b in names[i + 1:]]
+    blind = [NodeReport(n) for n in names]
+    cluster_checks.network_findings([dict(p) for p in measured], blind)
+    assert [n.verdict for n in blind][-2:] == ["fail", "fail"], "the premise: without placement, a false slow node"
+
+    nodes = [NodeReport(n) for n in names]
+    [matrix] = cluster_checks.network_findings(measured, nodes, c.same_host)
+    assert [n.verdict for n in nodes] == ["pass"] * 5
+    assert matrix.status == "pass"
+    assert "7 pair(s) across hosts" in matrix.detail and "3 pair(s) on one host" in matrix.detail
+    assert matrix.value["same_host_median_gbit_s"] == 40.0 and matrix.value["median_gbit_s"] == 10.0
+    assert sum(p["same_host"] for p in matrix.value["pairs"]) == 3
+
+
+def test_a_slow_node_across_hosts_is_still_named():
+    hosts = {"lab-master": H1, "lab-worker-1": H1, "lab-worker-2": H2, "lab-worker-3": H3}
+    c = _cluster(hosts)
+    names = list(hosts)
+    measured = [{"src": a, "dst": b, "gbit_s": 40.0 if hosts[a] == hosts[b] else 1.0 if "lab-worker-3" in (a, b) else 10.0}
+                for i, a in enumerate(names) for b in names[i + 1:]]
+    nodes = [NodeReport(n) for n in names]
+    cluster_checks.network_findings(measured, nodes, c.same_host)
+    assert [n.verdict for n in nodes] == ["pass", "pass", "pass", "fail"]
+
+
+def test_one_host_compares_its_pairs_among_themselves():
+    c = _cluster({n: "here" for n in list(PLACED)[:3]}, provider="local")
+    nodes = [NodeReport(n) for n in c.names]
+    measured = [{"src": "lab-master", "dst": "lab-worker-1", "gbit_s": 16.0},
+                {"src": "lab-master", "dst": "lab-worker-2", "gbit_s": 0.2},
+                {"src": "lab-worker-1", "dst": "lab-worker-2", "gbit_s": 0.19}]
+    cluster_checks.network_findings(measured, nodes, c.same_host)
+    assert [n.verdict for n in nodes] == ["pass", "pass", "fail"]
+
+
+def test_bench_report_says_how_many_hosts_each_run_spanned():
+    run = {"img_per_sec": 10.0, "img_per_sec_per_rank": 10.0, "world_size": 1, "mode": "dp"}
+    rep = bench_report.aggregate("r", [(1, run), (2, {**run, "world_size": 2})], hosts={1: 1, 2: 2})
+    assert [r["hosts"] for r in rep["results"]] == [1, 2]
+    from deployer.bench.schema import validate
+
+    validate(rep)
+    assert bench_report.hosts_line(rep) is not None and "2 node(s) on 2" in (bench_report.hosts_line(rep) or "")
+    assert bench_report.hosts_line(bench_report.aggregate("r", [(1, run)])) is None
+
+
+def test_spread_on_one_host_is_a_warning_with_its_cause():
+    spec = ClusterSpec(name="lab", provider="openstack", nodes=3, openstack={"admin_cidr": "198.51.100.1/32"})
+    packed = _cluster({n: H1 for n in list(PLACED)[:3]})
+    said = placement.spread_warning(spec, packed)
+    assert said is not None and "all 3 nodes run on one host" in said and "no other host with room" in said
+    assert placement.spread_warning(spec, _cluster({n: h for n, h in list(PLACED.items())[:3]})) is None
+    pack = spec.model_copy(update={"openstack": spec.openstack.model_copy(update={"placement": "pack"})})
+    assert placement.spread_warning(pack, packed) is None
+    local = ClusterSpec(name="lab", nodes=3)
+    assert placement.spread_warning(local, _cluster({n: "here" for n in list(PLACED)[:3]}, provider="local")) is None
+    assert placement.describe(_cluster()) == "placement: 5 node(s) on 3 host(s) in zone nova (2+2+1)"
+
+
+def test_status_groups_nodes_by_host():
+    nodes = [{"name": n, "host": h} for n, h in PLACED.items()]
+    assert {h: [n["name"] for n in ns] for h, ns in by_host(nodes).items()} == {
+        H1: ["lab-master", "lab-worker-3"], H2: ["lab-worker-1", "lab-worker-4"], H3: ["lab-worker-2"]}
+
+
+@pytest.mark.parametrize(("placement_", "hard", "policy"), [
+    ("spread", False, "soft-anti-affinity"), ("pack", False, "soft-affinity"),
+    ("spread", True, "anti-affinity"), ("pack", True, "affinity"), ("any", False, None)])
+def test_the_spec_names_the_server_group_policy(placement_, hard, policy):
+    spec = ClusterSpec(provider="openstack", openstack={"placement": placement_, "placement_hard": hard})
+    assert spec.openstack.server_group_policy == policy
+    want = needs(spec, 2, 2048, fresh=True)
+    assert want.per_node.get("server_group_members") == (1 if policy else None)
+    assert want.fixed.get("server_groups") == (1 if policy else None)
+
+
+def test_hard_spread_on_too_few_hosts_is_refused_in_one_line():
+    said = os_placement.hosts_problem(3, 4, "anti-affinity")
+    assert said is not None and "\n" not in said and "--nodes 3" in said
+    assert os_placement.hosts_problem(3, 3, "anti-affinity") is None
+    assert os_placement.hosts_problem(None, 9, "anti-affinity") is None, "cannot count: Nova says it"
+    assert os_placement.hosts_problem(1, 9, "soft-anti-affinity") is None
+
+
+def test_a_changed_policy_on_a_cluster_with_a_group_is_refused(tmp_path):
+    assert os_placement.policy_change_problem(tmp_path, "soft-affinity") is None, "a first run"
+    (tmp_path / "terraform.tfstate").write_text(json.dumps({"resources": [
+        {"mode": "managed", "type": "openstack_compute_instance_v2", "name": "node", "instances": [{}]}]}))
+    assert os_placement.policy_change_problem(tmp_path, "soft-anti-affinity") is None, "made before server groups"
+    (tmp_path / "terraform.tfstate").write_text(json.dumps({"resources": [
+        {"mode": "managed", "type": "openstack_compute_servergroup_v2", "name": "cluster",
+         "instances": [{"attributes": {"policies": ["soft-anti-affinity"]}}]}]}))
+    assert os_placement.policy_change_problem(tmp_path, "soft-anti-affinity") is None
+    said = os_placement.policy_change_problem(tmp_path, "soft-affinity")
+    assert said is not None and "fixed at creation" in said
+    assert os_placement.policy_change_problem(tmp_path, None) is not None
