@@ -72,6 +72,8 @@ def render(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> dict
         "deployer_grafana_enabled": m.grafana,
         "deployer_jupyter_enabled": spec.jupyter,
         "deployer_scheduler": spec.scheduler,
+        "deployer_health_enabled": spec.health.enabled,
+        "deployer_health_interval_s": spec.health.interval_s,
         "deployer_secrets_dir": str(state.secrets_dir),
         "deployer_repo_dir": str(assets_root()),
         # The teardown_timer role runs everywhere (it removes a timer a cluster no longer
