@@ -257,6 +257,25 @@ def check_runtime(timeout: float) -> dict[str, Any]:
     return result("runtime", "pass", "torch and mpi4py are installed in the training environment")
 
 
+def check_shared(shared: str, user: str | None, timeout: float) -> dict[str, Any]:
+    """The shared dir is a mount of its own (node_check's reading) and the cluster's user
+    writes a file there and reads it back (<shared>/.deployer-health/<node>): as that user,
+    since root is squashed on NFS and a root-owned directory would keep `deployer check`'s
+    files out."""
+    point = node_check._mount_point(shared)
+    if point != os.path.realpath(shared):
+        return result("shared_dir", "fail", f"{shared} is not mounted (it is a directory on {point or '?'}): "
+                      f"the cluster's shared storage is missing on this node")
+    host = socket.gethostname()
+    mine = os.path.join(shared, ".deployer-health", host)
+    script = f'mkdir -p "$(dirname "$1")" && echo {host} > "$1" && cat "$1"'
+    as_user = ["runuser", "-u", user, "--"] if user and os.geteuid() == 0 else []
+    rc, out = run([*as_user, "sh", "-c", script, "sh", mine], timeout)
+    if rc != 0 or out.strip() != host:
+        return result("shared_dir", "fail", f"{shared}: cannot write ({out.splitlines()[-1] if out else rc})")
+    return result("shared_dir", "pass", f"{shared} mounted and writable", {"file": mine})
+
+
 def check_clock(timeout: float) -> dict[str, Any]:
     """NTP synchronised, as systemd-timesyncd or chrony says. A node alone cannot measure its
     offset (`deployer check` does, from the controller): unsynchronised warns."""
@@ -286,11 +305,11 @@ def bounded(name: str, fn: Callable[[], Any], timeout: float) -> list[dict[str, 
     return got if isinstance(got, list) else [got]
 
 
-def run_checks(shared: str, gpus: int, timeout: float, since: float) -> list[dict[str, Any]]:
+def run_checks(shared: str, gpus: int, timeout: float, since: float, user: str | None = None) -> list[dict[str, Any]]:
     checks: list[tuple[str, Callable[[], Any]]] = [
         ("clock", lambda: check_clock(timeout)),
         ("disk_root", lambda: node_check.check_disk("disk_root", "/")),
-        ("shared_dir", lambda: node_check.check_shared(shared, "health")),
+        ("shared_dir", lambda: check_shared(shared, user, timeout)),
         ("disk_shared", lambda: node_check.check_disk("disk_shared", shared)),
         ("runtime", lambda: check_runtime(timeout)),
     ]
@@ -331,8 +350,13 @@ def textfile(record: dict[str, Any]) -> str:
     ]
     for name, help_, value in series:
         out += [f"# HELP deployer_health_{name} {help_}", f"# TYPE deployer_health_{name} gauge",
-                f"deployer_health_{name} {round(float(value), 3):g}"]
+                f"deployer_health_{name} {_number(value)}"]
     return "\n".join(out) + "\n"
+
+
+def _number(value: float) -> str:
+    """Milliseconds at most, never an exponent (a timestamp keeps its seconds)."""
+    return f"{float(value):.3f}".rstrip("0").rstrip(".")
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -394,19 +418,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=300, help="seconds between runs (for the series)")
     p.add_argument("--state", default="/var/lib/deployer-health")
     p.add_argument("--textfile", default="/var/lib/prometheus/node-exporter/deployer_health.prom")
+    p.add_argument("--user", help="the cluster's user: writes the shared dir's test file (root is squashed on NFS)")
     p.add_argument("--slurm", action="store_true", help="drain and resume this node in Slurm")
     a = p.parse_args(argv)
     started = time.time()
     last_path = os.path.join(a.state, "last.json")
     before = read_json(last_path)
     since = float(before.get("at") or (started - a.interval))
-    findings = run_checks(a.shared, a.gpus, a.timeout, since)
+    findings = run_checks(a.shared, a.gpus, a.timeout, since, a.user)
     bad = first_failure(findings)
-    verdict = "fail" if bad else ("warn" if any(f["status"] == "warn" for f in findings) else "pass")
+    warned = next((f for f in findings if f["status"] == "warn"), None)
+    verdict = "fail" if bad else ("warn" if warned else "pass")
+    said = bad or warned
     consecutive = int(before.get("consecutive_failures") or 0) + 1 if bad else 0
     record: dict[str, Any] = {
         "schema": SCHEMA, "node": socket.gethostname(), "verdict": verdict,
-        "reason": f"{bad['check']}: {bad['detail']}" if bad else "all checks passed",
+        "reason": f"{said['check']}: {said['detail']}" if said else "all checks passed",
         "findings": [{k: v for k, v in f.items() if k != "value"} for f in findings],
         "consecutive_failures": consecutive,
         "failing_since": (before.get("failing_since") or started) if bad else None,
