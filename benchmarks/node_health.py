@@ -45,6 +45,7 @@ REASON_PREFIX = "deployer health:"
 # Failed runs in a row before a node is drained: one failure can be a passing moment (a
 # mount being remounted, a disk cleaned a second later).
 FAILS_TO_DRAIN = 2
+RUN_BUDGET_S = 45.0
 # Xids whose immediate action in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors,
 # "Resolution Bucket (Immediate Action)") is a GPU reset, a node reboot or a hardware
 # service: the GPU cannot be trusted with a job until then. The others (an application's
@@ -315,9 +316,13 @@ def run_checks(shared: str, gpus: int, timeout: float, since: float, user: str |
     ]
     if gpus:
         checks.append(("gpus", lambda: check_gpu_health(gpus, since, timeout)))
+    # slurmd kills its HealthCheckProgram at 60 s: every check together stays inside
+    # RUN_BUDGET_S, however many of them hang.
+    deadline = time.monotonic() + RUN_BUDGET_S
     found: list[dict[str, Any]] = []
     for name, fn in checks:
-        found.extend(bounded(name, fn, timeout * (3 if name == "gpus" else 1)))
+        left = max(1.0, deadline - time.monotonic())
+        found.extend(bounded(name, fn, min(left, timeout * (3 if name == "gpus" else 1))))
     return found
 
 
