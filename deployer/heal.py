@@ -35,7 +35,7 @@ DAY = timedelta(hours=24)
 @dataclass
 class Decision:
     node: str
-    action: str  # replace · wait (inside the grace) · limit (past the daily limit) · master (not named) · ok
+    action: str  # replace · prove (heal drained it, it passes now) · wait (inside the grace) · limit · master · ok
     why: str
     failing_for_s: float = 0.0
     failing_since: float | None = None
@@ -50,12 +50,17 @@ def replacements_today(root: Any, cluster: str, at: Any = None) -> int:
 
 
 def plan(health: dict[str, NodeHealth], cluster: Cluster, policy: HealthSpec, node_now: float,
-         done_today: int, named: list[str]) -> list[Decision]:
-    """What heal does with each node, by the policy; pure (unit-tested)."""
+         done_today: int, named: list[str], held: frozenset[str] = frozenset()) -> list[Decision]:
+    """What heal does with each node, by the policy; pure (unit-tested). `held`: the nodes
+    drained with heal's reason (a replacement whose check failed, or a heal interrupted):
+    proved again, and resumed, once their health passes."""
     out: list[Decision] = []
     budget = max(0, policy.max_replacements_per_day - done_today)
     for n in cluster.nodes:
         h = health[n.name]
+        if n.name in held and h.verdict in ("pass", "warn") and not h.stale(node_now):
+            out.append(Decision(n.name, "prove", "heal drained it and its health passes: the standard check again"))
+            continue
         if h.verdict != "fail" or h.stale(node_now):
             # A node whose health stopped reporting is not judged by an old record: the
             # NodeHealthStale alert and `status` say so.
@@ -127,7 +132,8 @@ def heal(state: ClusterState, *, act: bool, dry_run: bool, wait_jobs: bool = Tru
     with state.lock("heal"):  # refuses, in one line, while a bench, an up or a down runs
         found, clock = health.read(state, cluster)
         node_now = clock or time.time()
-        decisions = plan(found, cluster, spec.health, node_now, replacements_today(state.root, state.name), named_full)
+        held = held_by_heal(state, cluster) if spec.scheduler == "slurm" else frozenset()
+        decisions = plan(found, cluster, spec.health, node_now, replacements_today(state.root, state.name), named_full, held)
     for d in decisions:
         if d.action == "replace":
             ui.warn(f"heal: {d.node} has failed for {human(d.failing_for_s)}: {d.why}"
@@ -136,11 +142,16 @@ def heal(state: ClusterState, *, act: bool, dry_run: bool, wait_jobs: bool = Tru
             ui.warn(f"heal: {d.node}: {d.why}")
         elif d.action == "wait":
             ui.info(f"heal: {d.node}: {d.why}")
-    if not any(d.action == "replace" for d in decisions):
+        elif d.action == "prove":
+            ui.info(f"heal: {d.node}: {d.why}")
+    if not any(d.action in ("replace", "prove") for d in decisions):
         ui.ok(f"heal: nothing to replace on {len(decisions)} node(s)")
     if act and not dry_run:
-        for d in (d for d in decisions if d.action == "replace"):
-            _replace(spec, state, cluster, d, wait_jobs, lifecycle)
+        for d in decisions:
+            if d.action == "replace":
+                _replace(spec, state, cluster, d, wait_jobs, lifecycle)
+            elif d.action == "prove":
+                _prove(spec, state, cluster, d)
     return {"cluster": state.name, "dry_run": dry_run or not act, "nodes": [asdict(d) for d in decisions],
             "health": {k: v.to_json(node_now) for k, v in found.items()}}
 
@@ -163,6 +174,30 @@ def _replace(spec: ClusterSpec, state: ClusterState, cluster: Cluster, d: Decisi
     d.result = "replaced, standard check passed" + (", resumed in Slurm" if slurm else "")
     entry = _note(state, cluster, d, started, proved=True)
     ui.ok(f"heal: {d.node} {d.result}; {entry['node_hours_lost']:.2f} node-hours lost")
+
+
+def held_by_heal(state: ClusterState, cluster: Cluster) -> frozenset[str]:
+    """Nodes drained with heal's reason (sinfo's %E)."""
+    rc, out = _slurm(state, cluster, "sinfo --noheader --Node --format='%N|%E'")
+    if rc != 0:
+        return frozenset()
+    return frozenset(line.split("|", 1)[0].strip() for line in out.splitlines()
+                     if "|" in line and line.split("|", 1)[1].strip().startswith(HEAL_REASON))
+
+
+def _prove(spec: ClusterSpec, state: ClusterState, cluster: Cluster, d: Decision) -> None:
+    """A node heal replaced but could not prove: the standard check again, resumed when it passes."""
+    from .check.run import check_now
+
+    report = check_now(state, cluster, "standard", push=spec.monitoring.enabled)
+    mine = next((n for n in report.nodes if n.name == d.node), None)
+    if mine is None or mine.verdict == "fail" or any(f.status == "fail" for f in report.cluster_findings):
+        d.result = f"standard check failed again: {mine.reason() if mine else 'the node was not checked'}; left drained"
+        ui.error(f"heal: {d.node}: {d.result}")
+        return
+    resume(state, cluster, d.node)
+    d.result = "replaced, standard check passed, resumed in Slurm"
+    ui.ok(f"heal: {d.node}: standard check passed, resumed in Slurm")
 
 
 def _note(state: ClusterState, cluster: Cluster, d: Decision, started: float, proved: bool) -> dict[str, Any]:

@@ -98,3 +98,12 @@ def test_replacements_today_count_the_ledgers_heal_lines(tmp_path):
     assert heal.replacements_today(tmp_path, "demo", t) == 2
     # the heal lines change no size: usage sums 3 nodes throughout
     assert ledger.usage(ledger.entries(tmp_path), t)["clusters"][0]["nodes_now"] == 3
+
+
+def test_a_node_heal_drained_and_could_not_prove_is_proved_again_once_it_passes():
+    records = {"demo-master": _record("pass"), "demo-worker-1": _record("pass"), "demo-worker-2": _record("fail", failing_for=5, runs=1)}
+    got = {d.node: d for d in heal.plan(_health(records), _cluster(), HealthSpec(grace="1m"), NOW, 0, [],
+                                        frozenset({"demo-worker-1", "demo-worker-2"}))}
+    assert got["demo-worker-1"].action == "prove"
+    assert got["demo-worker-2"].action == "wait"  # failing again: the policy as for any node
+    assert got["demo-master"].action == "ok"
