@@ -567,6 +567,29 @@ def gc(
 
 
 @app.command()
+def heal(
+    nodes: Annotated[
+        list[str] | None, typer.Argument(help="nodes heal may replace beyond the policy's: the master only when named")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="replace what fails (without it: only say what it would do)")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="say what would be replaced, replace nothing")] = False,
+    now: Annotated[bool, typer.Option("--now", help="Slurm: replace without waiting for the node's running jobs")] = False,
+    name: NameOpt = None,
+    state_dir: StateOpt = DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """Replace the nodes health has found failing for longer than health.grace; prove each
+    with the standard check before it takes work again (from cron, like gc)."""
+    from . import heal as heal_mod
+
+    result = heal_mod.heal(_state(name, state_dir), act=yes, dry_run=dry_run, wait_jobs=not now, named=nodes or [])
+    if json_out:
+        ui.print_json(result)
+    if any(d["result"] and not d["result"].startswith("replaced, standard check passed") for d in result["nodes"]):
+        raise typer.Exit(1)
+
+
+@app.command()
 def ledger(state_dir: StateOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> None:
     """Node-hours and GPU-hours per cluster and per month, from the state root's ledger."""
     from . import ledger as ledger_mod

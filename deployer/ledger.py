@@ -75,6 +75,12 @@ def note(state: "ClusterState", cluster: Cluster, at: datetime | None = None) ->
     return entry
 
 
+def note_event(root: Path, entry: dict[str, Any]) -> None:
+    """A line that changes no size (`heal`'s replacement): `usage` sums the sizes as before,
+    the line keeps what happened and what it cost (heal.py)."""
+    _append(root, entry)
+
+
 def note_down(state: "ClusterState", provider: str | None, at: datetime | None = None) -> dict[str, Any] | None:
     """After a destroy that left nothing: the cluster's usage stops here."""
     last = _last(state.root, state.name)

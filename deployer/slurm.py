@@ -169,14 +169,16 @@ def _brackets(indices: list[int]) -> str:
     return "[" + ",".join(f"{a}-{b}" if a != b else str(a) for a, b in runs) + "]"
 
 
-# sinfo's node states (%T) in which a node takes work; "*" (not responding) and the
-# rest (down, drained, unknown, ...) do not.
-READY_STATES = {"idle", "mixed", "allocated", "completing"}
+# sinfo's node states (%T) of a node that registered and answers: it takes work, or it
+# is drained, a decision of an administrator's or of health's (docs/check.md, Health) that
+# `up` neither waits for nor undoes. "*" (not responding) and the rest (down, unknown,
+# ...) are not ready.
+READY_STATES = {"idle", "mixed", "allocated", "completing", "drained", "draining"}
 
 
 def not_ready(sinfo: str, names: list[str]) -> list[str]:
     """`sinfo --noheader --Node --format='%N %T'` → "node: state" for each of `names`
-    that is not ready for work (missing from sinfo, down, drained, not responding)."""
+    that is not ready (missing from sinfo, down, not responding; a drained node is ready)."""
     seen: dict[str, str] = {}
     for line in sinfo.splitlines():
         parts = line.split()

@@ -61,6 +61,40 @@ class MonitoringSpec(_Strict):
     grafana: bool = True
 
 
+_SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+
+def duration_seconds(text: str) -> int:
+    """20s, 5m, 1h as seconds (health's intervals; a cluster's lifetime is lifetime.py's)."""
+    return int(text[:-1]) * _SECONDS[text[-1]]
+
+
+class HealthSpec(_Strict):
+    """The health timer on every node and `deployer heal`'s policy (docs/check.md, Health)."""
+
+    enabled: bool = Field(default=True, description="the health program on every node, on a timer (slurmd's with Slurm)")
+    interval: str = Field(default="5m", pattern=r"^[0-9]+(s|m|h)$", description="how often each node checks itself")
+    grace: str = Field(default="10m", pattern=r"^[0-9]+(s|m|h)$", description="how long a node fails before `heal` replaces it")
+    max_replacements_per_day: int = Field(default=2, ge=0, le=100, description="`heal`'s replacements per cluster in 24 h")
+
+    @field_validator("interval")
+    @classmethod
+    def _not_too_often(cls, v: str) -> str:
+        # slurmd kills its HealthCheckProgram after 60 s; a run takes seconds: 10 s leaves
+        # the node time for work and the program time to finish.
+        if duration_seconds(v) < 10:
+            raise ValueError("at least 10s: every run costs each node CPU time")
+        return v
+
+    @property
+    def interval_s(self) -> int:
+        return duration_seconds(self.interval)
+
+    @property
+    def grace_s(self) -> int:
+        return duration_seconds(self.grace)
+
+
 class OpenStackSpec(_Strict):
     """OpenStack provider settings (credentials come from clouds.yaml / OS_CLOUD, never from here)."""
 
@@ -200,6 +234,7 @@ class ClusterSpec(_Strict):
     scheduler: Literal["none", "slurm"] = Field(
         default="none", description="slurm: munge, slurmctld on the master and slurmd on every node (docs/slurm.md)"
     )
+    health: HealthSpec = Field(default_factory=HealthSpec)
     ttl: str | None = Field(default=None, description="lifetime, e.g. 8h: `deployer gc` destroys the cluster after it; none: no expiry")
     local: LocalSpec = Field(default_factory=LocalSpec)
     openstack: OpenStackSpec = Field(default_factory=OpenStackSpec)
@@ -236,11 +271,17 @@ class ClusterSpec(_Strict):
 
         return normalise_ttl(v)
 
-    @field_validator("local", "openstack", "terraform", "gpu_runtime", mode="before")
+    @field_validator("local", "openstack", "terraform", "gpu_runtime", "health", mode="before")
     @classmethod
     def _empty_section(cls, v: Any) -> Any:
         # A section whose keys are all commented out reads as null.
         return {} if v is None else v
+
+    @field_validator("health", mode="before")
+    @classmethod
+    def _health_switch(cls, v: Any) -> Any:
+        # `health: false` switches it off, as `monitoring: false` does monitoring.
+        return {"enabled": v} if isinstance(v, bool) else v
 
     @field_validator("monitoring", mode="before")
     @classmethod
@@ -344,6 +385,10 @@ monitoring:
 
 jupyter: true         # JupyterLab on the master, private: `deployer notebook` tunnels to it
 scheduler: none       # none (mpirun over the hostfile) | slurm (sbatch/srun; docs/slurm.md)
+health:               # or `health: false`; docs/check.md, Health
+  interval: 5m        # each node checks itself (slurmd's HealthCheckProgram with Slurm)
+  grace: 10m          # `deployer heal` replaces a node failing longer than this
+  max_replacements_per_day: 2
 # ttl: 8h             # expiry (30m, 8h, 2d, 1w): `deployer gc --yes` destroys the cluster after it
 
 local:

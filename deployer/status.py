@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
@@ -92,18 +93,42 @@ def status(state: ClusterState) -> dict[str, Any] | None:
     states = drift.node_states(cluster, seen, record, reach)
     # Where each node runs now (a migration moves it), else where it ran when recorded.
     cluster = located(cluster, seen)
+    node_health = health_of(state, cluster, reach.get(cluster.master.name, False))
+    replaced = last_replacements(state)
     return {
         "name": cluster.name,
         "id": state.cluster_id,  # what the cloud's metadata and tags carry (origin.json)
         "provider": cluster.provider,
         "nodes": [
-            asdict(n) | {"state": states[n.name], "reachable": reach.get(n.name, False)}
+            asdict(n) | {"state": states[n.name], "reachable": reach.get(n.name, False),
+                         "health": node_health.get(n.name), "last_replacement": replaced.get(n.name)}
             for n in cluster.nodes
         ],
         "extra": seen.extra,
         "lifetime": lifetime_of(state),
         "check": check_of(state),
     }
+
+
+def health_of(state: ClusterState, cluster: Cluster, master_up: bool) -> dict[str, dict[str, Any]]:
+    """Each node's last health run (deployer/health.py), read through the master in one SSH
+    session; {} where the master does not answer or health is off."""
+    spec = state.spec() if master_up else None
+    if spec is None or not spec.health.enabled:
+        return {}
+    from . import health
+
+    found, clock = health.read(state, cluster, timeout=20)
+    at = clock or time.time()
+    return {name: h.to_json(at) | {"said": health.describe(h, at)} for name, h in found.items()}
+
+
+def last_replacements(state: ClusterState) -> dict[str, str]:
+    """When `heal` last replaced each node (the ledger's heal lines)."""
+    from . import ledger
+
+    return {e["node"]: e["time"] for e in ledger.entries(state.root)
+            if e.get("event") == "heal" and e["cluster"] == state.name and e.get("node")}
 
 
 def check_of(state: ClusterState) -> dict[str, Any] | None:
@@ -162,6 +187,14 @@ def show(info: dict[str, Any]) -> None:
     if len(info["nodes"]) > 1 and None not in hosts:
         zones = sorted({n.get("zone") for n in info["nodes"] if n.get("zone")})
         ui.info(f"{len(info['nodes'])} node(s) on {len(hosts)} host(s)" + (f", zone {', '.join(zones)}" if zones else ""))
+    for n in info["nodes"]:
+        h = n.get("health")
+        if h:
+            said = f"health {n['name']}: {h['said']}" + (
+                f" (replaced by heal at {n['last_replacement']})" if n.get("last_replacement") else "")
+            (ui.warn if h["stale"] or h["verdict"] == "fail" else ui.info)(said)
+    if any(n.get("health") and n["health"]["verdict"] == "fail" and not n["health"]["stale"] for n in info["nodes"]):
+        ui.info("`deployer heal --yes` replaces a node failing longer than health.grace and proves it with the standard check")
     life = info.get("lifetime")
     if life:
         left = life["seconds_left"]

@@ -10,12 +10,15 @@ import json
 import sys
 from pathlib import Path
 
-try:
-    import deployer  # noqa: F401 - installed (editable or wheel) beside Ansible
-except ImportError:  # run straight from a checkout: ansible/filter_plugins -> repository root
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# The deployer of the tree these roles belong to (a checkout: ansible/filter_plugins ->
+# the repository root), before one installed beside Ansible: a second checkout (a git
+# worktree) run with the first's editable install must not judge by the first's code.
+# Installed as a wheel the roles sit in deployer/_assets/, with no package beside them.
+_TREE = Path(__file__).resolve().parents[2]
+if (_TREE / "deployer" / "__init__.py").is_file():
+    sys.path.insert(0, str(_TREE))
 
-from deployer import slurm
+from deployer import slurm  # noqa: E402 - after the path above
 
 
 def _errors(fn):

@@ -80,6 +80,8 @@ def render(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> dict
         "deployer_scheduler": spec.scheduler,
         # Slurm's topology.conf from where the nodes run (slurm.topology_conf); None: not known.
         "deployer_slurm_topology": topology_conf(cluster),
+        "deployer_health_enabled": spec.health.enabled,
+        "deployer_health_interval_s": spec.health.interval_s,
         "deployer_secrets_dir": str(state.secrets_dir),
         "deployer_repo_dir": str(assets_root()),
         # The teardown_timer role runs everywhere (it removes a timer a cluster no longer

@@ -21,7 +21,7 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not insta
 
 def test_the_promised_alerts_exist():
     names = {r["alert"] for f in RULE_FILES for g in yaml.safe_load(f.read_text())["groups"] for r in g["rules"] if "alert" in r}
-    assert {"NodeDown", "DiskFillingUp", "GpuTooHot", "ScrapeFailing"} <= names
+    assert {"NodeDown", "DiskFillingUp", "GpuTooHot", "ScrapeFailing", "NodeHealthFailing", "NodeHealthStale"} <= names
 
 
 def test_every_alert_has_severity_summary_and_description():

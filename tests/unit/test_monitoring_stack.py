@@ -34,6 +34,7 @@ from deployer.bench import metrics
 from deployer.check import metrics as check_metrics
 from deployer.check.model import CheckReport
 from tests import dashboard_checks as dashboard
+from tests.unit.test_health_node import nh as health_node
 from tests.unit.test_slurm_metrics import REC as SLURM_RECORDED
 from tests.unit.test_slurm_metrics import metrics as slurm_metrics
 
@@ -178,6 +179,13 @@ def stack(tmp_path_factory):
     textfile.mkdir()
     slurm_metrics.write_atomically(str(textfile / "slurm.prom"), slurm_metrics.render(
         slurm_metrics.parse_sinfo(SLURM_RECORDED["drained"]), slurm_metrics.parse_squeue(SLURM_RECORDED["squeue"])))
+    # The Node health row's series as each node's health program writes them (its own writer):
+    # a node failing its second run in a row.
+    health_node.write_atomic(str(textfile / "deployer_health.prom"), health_node.textfile({
+        "verdict": "fail", "consecutive_failures": 2, "failing_since": time.time() - 40, "drained_by_health": True,
+        "at": time.time(), "seconds": 0.06, "cpu_seconds": 0.07, "interval": 20,
+        "findings": [{"check": "clock", "status": "warn"}, {"check": "shared_dir", "status": "fail"},
+                     {"check": "runtime", "status": "pass"}]}))
     cmds = {
         "node_exporter": [BINARIES["node_exporter"], f"--web.listen-address=127.0.0.1:{ports['node_exporter']}",
                           f"--collector.filesystem.fs-types-exclude={fs_exclude}", f"--collector.textfile.directory={textfile}"],
@@ -236,7 +244,7 @@ def test_every_target_is_up(stack):
 def test_rules_are_loaded(stack):
     groups = dashboard.PrometheusAPI(stack).get("/api/v1/rules")["groups"]
     names = {r["name"] for g in groups for r in g["rules"]}
-    assert {"NodeDown", "DiskFillingUp", "GpuTooHot", "ScrapeFailing"} <= names
+    assert {"NodeDown", "DiskFillingUp", "GpuTooHot", "ScrapeFailing", "NodeHealthFailing", "NodeHealthStale"} <= names
     assert all(r["health"] == "ok" for g in groups for r in g["rules"])
 
 

@@ -43,7 +43,8 @@ def test_site_yml_runs_slurm_after_jupyterlab():
         return listed + [t["ansible.builtin.include_role"]["name"] for t in play.get("tasks", []) if "ansible.builtin.include_role" in t]
 
     roles = [r for p in plays for r in roles(p)]
-    assert roles.index("slurm") == roles.index("jupyterlab") + 1
+    # health between them: slurm.conf names its program, which slurmd runs as it starts
+    assert roles.index("slurm") == roles.index("health") + 1 == roles.index("jupyterlab") + 2
 
 
 def test_ansible_lint_production_profile():

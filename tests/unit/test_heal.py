@@ -1,0 +1,109 @@
+"""`deployer heal`'s policy and `status`'s reading of health, without a cluster: each node's
+record as the master prints it (deployer/health.py), the grace, the daily limit counted
+in the ledger, the master only when named, a node whose health stopped reporting."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from deployer import heal, health, ledger
+from deployer.cluster import Cluster
+from deployer.lifetime import iso, now
+from deployer.spec import HealthSpec
+
+NOW = 1_800_000_000.0
+
+
+def _cluster() -> Cluster:
+    nodes = [{"name": f"demo-{r}", "role": "master" if r == "master" else "worker", "id": r, "private_ip": f"10.0.0.{i + 2}",
+              "public_ip": None, "gpus": 0} for i, r in enumerate(["master", "worker-1", "worker-2"])]
+    return Cluster.parse({"name": "demo", "provider": "local", "ssh_user": "deployer", "shared_dir": "/shared", "nodes": nodes})
+
+
+def _record(verdict: str, *, failing_for: float = 0, age: float = 5, runs: int = 0, reason: str = "all checks passed") -> dict:
+    return {"verdict": verdict, "reason": reason, "at": NOW - age, "consecutive_failures": runs,
+            "failing_since": NOW - failing_for if verdict == "fail" else None, "interval": 20, "drained_by_health": runs >= 2}
+
+
+def _printed(records: dict[str, dict | None]) -> str:
+    lines = [f"{health._MARK}{health.CLOCK}", str(NOW)]
+    for name, rec in records.items():
+        lines += [f"{health._MARK}{name}", json.dumps(rec) if rec else ""]
+    return "\n".join(lines) + "\n"
+
+
+def _health(records: dict[str, dict | None]) -> dict[str, health.NodeHealth]:
+    found, clock = health.parse(_printed(records), list(records))
+    assert clock == NOW
+    return found
+
+
+def test_the_masters_printout_reads_as_each_nodes_health():
+    found = _health({"demo-master": _record("pass"), "demo-worker-1": _record("fail", failing_for=90, runs=4,
+                                                                             reason="shared_dir: /shared is not mounted"),
+                     "demo-worker-2": None})
+    assert found["demo-master"].verdict == "pass" and not found["demo-master"].stale(NOW)
+    w1 = found["demo-worker-1"]
+    assert (w1.verdict, w1.consecutive_failures, w1.failing_for(NOW)) == ("fail", 4, 90)
+    assert health.describe(w1, NOW) == "fail for 1m 30s (4 runs): shared_dir: /shared is not mounted; drained"
+    assert found["demo-worker-2"].verdict is None
+    assert health.describe(found["demo-master"], NOW) == "pass 5s ago"
+
+
+def test_health_that_stopped_reporting_is_said():
+    h = health.from_record("n", _record("pass", age=200))  # interval 20 s: stale past 100 s
+    assert h.stale(NOW)
+    assert health.describe(h, NOW) == "stopped reporting (last run 3m 20s ago: pass)"
+
+
+def _plan(records, policy=None, done=0, named=()):
+    return {d.node: d for d in heal.plan(_health(records), _cluster(), policy or HealthSpec(grace="1m"), NOW, done, list(named))}
+
+
+def test_a_node_failing_past_the_grace_is_replaced_one_inside_it_waits():
+    got = _plan({"demo-master": _record("pass"), "demo-worker-1": _record("fail", failing_for=120, runs=6),
+                 "demo-worker-2": _record("fail", failing_for=30, runs=2)})
+    assert got["demo-master"].action == "ok"
+    assert got["demo-worker-1"].action == "replace"
+    assert got["demo-worker-2"].action == "wait" and got["demo-worker-2"].why.startswith("failing for 30s, inside the grace of 1m")
+
+
+def test_past_the_daily_limit_a_failing_node_is_named_and_left_alone():
+    records = {"demo-master": _record("pass"), "demo-worker-1": _record("fail", failing_for=120, runs=6),
+               "demo-worker-2": _record("fail", failing_for=600, runs=30)}
+    got = _plan(records, HealthSpec(grace="1m", max_replacements_per_day=2), done=1)
+    assert [got[n].action for n in ("demo-worker-1", "demo-worker-2")] == ["replace", "limit"]
+    assert "2 replacement(s) in 24 h is the limit" in got["demo-worker-2"].why
+
+
+def test_the_master_only_when_named():
+    records = {"demo-master": _record("fail", failing_for=900, runs=40), "demo-worker-1": _record("pass"),
+               "demo-worker-2": _record("pass")}
+    assert _plan(records)["demo-master"].action == "master"
+    assert _plan(records, named=["demo-master"])["demo-master"].action == "replace"
+
+
+def test_a_stale_failure_is_not_acted_on():
+    records = {"demo-master": _record("pass"), "demo-worker-1": _record("fail", failing_for=3600, age=3000, runs=9),
+               "demo-worker-2": _record("pass")}
+    assert _plan(records)["demo-worker-1"].action == "ok"
+
+
+def test_replacements_today_count_the_ledgers_heal_lines(tmp_path):
+    t = now()
+    for hours, event in ((30, "heal"), (5, "heal"), (1, "scale"), (0.5, "heal")):
+        ledger.note_event(tmp_path, {"time": iso(t - timedelta(hours=hours)), "cluster": "demo", "nodes": 3, "event": event})
+    ledger.note_event(tmp_path, {"time": iso(t), "cluster": "other", "nodes": 2, "event": "heal"})
+    assert heal.replacements_today(tmp_path, "demo", t) == 2
+    # the heal lines change no size: usage sums 3 nodes throughout
+    assert ledger.usage(ledger.entries(tmp_path), t)["clusters"][0]["nodes_now"] == 3
+
+
+def test_a_node_heal_drained_and_could_not_prove_is_proved_again_once_it_passes():
+    records = {"demo-master": _record("pass"), "demo-worker-1": _record("pass"), "demo-worker-2": _record("fail", failing_for=5, runs=1)}
+    got = {d.node: d for d in heal.plan(_health(records), _cluster(), HealthSpec(grace="1m"), NOW, 0, [],
+                                        frozenset({"demo-worker-1", "demo-worker-2"}))}
+    assert got["demo-worker-1"].action == "prove"
+    assert got["demo-worker-2"].action == "wait"  # failing again: the policy as for any node
+    assert got["demo-master"].action == "ok"
