@@ -107,3 +107,19 @@ def test_a_node_heal_drained_and_could_not_prove_is_proved_again_once_it_passes(
     assert got["demo-worker-1"].action == "prove"
     assert got["demo-worker-2"].action == "wait"  # failing again: the policy as for any node
     assert got["demo-master"].action == "ok"
+
+
+def test_the_spec_health_section():
+    import pytest
+    from pydantic import ValidationError
+
+    from deployer.spec import ClusterSpec
+
+    assert ClusterSpec().health.enabled and ClusterSpec().health.interval_s == 300 and ClusterSpec().health.grace_s == 600
+    assert ClusterSpec.model_validate({"health": False}).health.enabled is False
+    assert ClusterSpec.model_validate({"health": None}).health.interval == "5m"
+    assert ClusterSpec.model_validate({"health": {"interval": "20s", "grace": "1h"}}).health.grace_s == 3600
+    with pytest.raises(ValidationError, match="at least 10s"):
+        ClusterSpec.model_validate({"health": {"interval": "5s"}})
+    with pytest.raises(ValidationError):
+        ClusterSpec.model_validate({"health": {"interval": "5 minutes"}})
