@@ -123,3 +123,22 @@ def test_the_spec_health_section():
         ClusterSpec.model_validate({"health": {"interval": "5s"}})
     with pytest.raises(ValidationError):
         ClusterSpec.model_validate({"health": {"interval": "5 minutes"}})
+
+
+def test_drain_waits_for_the_nodes_jobs_unless_now(monkeypatch):
+    said = []
+    answers = iter(["", "101 102", "102", ""])  # the drain, then squeue until the node is empty
+
+    def fake(state, cluster, cmd, timeout=60):
+        said.append(cmd)
+        return 0, next(answers)
+
+    monkeypatch.setattr(heal, "_slurm", fake)
+    monkeypatch.setattr(heal.time, "sleep", lambda s: None)
+    heal.drain(None, _cluster(), "demo-worker-1", "shared_dir: gone", wait_jobs=True)
+    assert said[0] == "sudo -n scontrol update nodename=demo-worker-1 state=drain reason='deployer heal: replacing: shared_dir: gone'"
+    assert sum("squeue" in c for c in said) == 3
+    said.clear()
+    answers = iter([""])
+    heal.drain(None, _cluster(), "demo-worker-1", "x", wait_jobs=False)  # --now
+    assert len(said) == 1
