@@ -269,12 +269,16 @@ def check_shared(shared: str, user: str | None, timeout: float) -> dict[str, Any
                       f"the cluster's shared storage is missing on this node")
     host = socket.gethostname()
     mine = os.path.join(shared, ".deployer-health", host)
-    script = f'mkdir -p "$(dirname "$1")" && echo {host} > "$1" && cat "$1"'
+    # The time it was written: `status` and `heal` read the file from the master too, and a
+    # write the master does not see is a node-local directory over the shared storage.
+    written = f"{time.time():.3f}"
+    # Renamed into place: the master never reads it half written.
+    script = f'mkdir -p "$(dirname "$1")" && echo {written} > "$1.tmp" && mv -f "$1.tmp" "$1" && cat "$1"'
     as_user = ["runuser", "-u", user, "--"] if user and os.geteuid() == 0 else []
     rc, out = run([*as_user, "sh", "-c", script, "sh", mine], timeout)
-    if rc != 0 or out.strip() != host:
+    if rc != 0 or out.strip() != written:
         return result("shared_dir", "fail", f"{shared}: cannot write ({out.splitlines()[-1] if out else rc})")
-    return result("shared_dir", "pass", f"{shared} mounted and writable", {"file": mine})
+    return result("shared_dir", "pass", f"{shared} mounted and writable", {"file": mine, "written_at": float(written)})
 
 
 def check_clock(timeout: float) -> dict[str, Any]:
@@ -444,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         "failing_since": (before.get("failing_since") or started) if bad else None,
         "drained_by_health": bool(before.get("drained_by_health")),
         "interval": a.interval, "slurm": None,
+        "shared_written_at": next((f["value"]["written_at"] for f in findings
+                                   if f["check"] == "shared_dir" and f["status"] == "pass" and "value" in f), None),
     }
     if a.slurm:
         node = socket.gethostname()

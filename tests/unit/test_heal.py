@@ -26,15 +26,17 @@ def _record(verdict: str, *, failing_for: float = 0, age: float = 5, runs: int =
             "failing_since": NOW - failing_for if verdict == "fail" else None, "interval": 20, "drained_by_health": runs >= 2}
 
 
-def _printed(records: dict[str, dict | None]) -> str:
+def _printed(records: dict[str, dict | None], seen: dict[str, float] | None = None) -> str:
     lines = [f"{health._MARK}{health.CLOCK}", str(NOW)]
     for name, rec in records.items():
         lines += [f"{health._MARK}{name}", json.dumps(rec) if rec else ""]
+    for name, at in (seen or {}).items():
+        lines += [f"{health._MARK}{health.SEEN}{name}", str(at)]
     return "\n".join(lines) + "\n"
 
 
-def _health(records: dict[str, dict | None]) -> dict[str, health.NodeHealth]:
-    found, clock = health.parse(_printed(records), list(records))
+def _health(records: dict[str, dict | None], seen: dict[str, float] | None = None) -> dict[str, health.NodeHealth]:
+    found, clock = health.parse(_printed(records, seen), list(records))
     assert clock == NOW
     return found
 
@@ -142,3 +144,17 @@ def test_drain_waits_for_the_nodes_jobs_unless_now(monkeypatch):
     answers = iter([""])
     heal.drain(None, _cluster(), "demo-worker-1", "x", wait_jobs=False)  # --now
     assert len(said) == 1
+
+
+def test_a_write_the_master_does_not_see_fails_shared_dir_since_the_last_one_it_saw():
+    # worker-1's /shared is a node-local directory since NOW - 300: its writes stop reaching the master
+    records = {"demo-master": _record("pass") | {"shared_written_at": NOW - 10},
+               "demo-worker-1": _record("pass") | {"shared_written_at": NOW - 8},
+               "demo-worker-2": _record("pass") | {"shared_written_at": NOW - 6}}
+    found = _health(records, {"demo-master": NOW - 10, "demo-worker-1": NOW - 300, "demo-worker-2": NOW - 1})
+    assert found["demo-master"].verdict == "pass" and found["demo-worker-2"].verdict == "pass"  # a newer write seen: shared
+    w1 = found["demo-worker-1"]
+    assert w1.verdict == "fail" and w1.reason.startswith("shared_dir: its file in the shared dir is not seen from the master")
+    assert w1.failing_for(NOW) == 300
+    got = {d.node: d for d in heal.plan(found, _cluster(), HealthSpec(grace="1m"), NOW, 0, [])}
+    assert got["demo-worker-1"].action == "replace"
