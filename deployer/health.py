@@ -23,6 +23,7 @@ LAST_RUN = "/var/lib/deployer-health/last.json"
 STALE_INTERVALS, STALE_SLACK_S = 2, 60
 _MARK = "==deployer-health== "
 CLOCK = "@clock"  # the master's clock: the records' times are the nodes', ages are taken from it
+SEEN = "@seen:"  # what the master reads in <shared>/.deployer-health/<node>
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,13 @@ class NodeHealth:
     consecutive_failures: int = 0
     interval: float = 300
     drained_by_health: bool = False
+    shared_written_at: float | None = None  # the node's last write to the shared dir, as it saw it
+    shared_seen_at: float | None = None  # the newest of its writes the master sees
+
+    def unseen(self) -> bool:
+        """The node's last write to the shared dir is not what the master reads there: its
+        /shared is a node-local directory (a mount of its own, writable, not shared)."""
+        return self.shared_written_at is not None and (self.shared_seen_at or 0) < self.shared_written_at
 
     def age(self, now: float) -> float | None:
         return None if self.at is None else max(0.0, now - self.at)
@@ -52,7 +60,8 @@ class NodeHealth:
         return {"verdict": self.verdict, "reason": self.reason, "at": self.at, "age_s": _round(self.age(now)),
                 "stale": self.stale(now), "failing_since": self.failing_since, "failing_for_s": round(self.failing_for(now)),
                 "consecutive_failures": self.consecutive_failures, "interval_s": self.interval,
-                "drained_by_health": self.drained_by_health}
+                "drained_by_health": self.drained_by_health, "shared_written_at": self.shared_written_at,
+                "shared_seen_at": self.shared_seen_at}
 
 
 def _round(v: float | None) -> float | None:
@@ -67,6 +76,10 @@ def command(cluster: Cluster) -> str:
     for n in cluster.workers:
         parts.append(f"echo {shlex.quote(_MARK + n.name)}; timeout 15 ssh -o BatchMode=yes -o ConnectTimeout=5 "
                      f"{shlex.quote(n.private_ip)} cat {LAST_RUN} 2>/dev/null; echo")
+    # After every record: a write newer than a record is seen, never one older.
+    for n in cluster.nodes:
+        seen = shlex.quote(f"{cluster.shared_dir}/.deployer-health/{n.name}")
+        parts.append(f"echo {shlex.quote(_MARK + SEEN + n.name)}; timeout 10 cat {seen} 2>/dev/null; echo")
     return "; ".join(parts)
 
 
@@ -88,11 +101,31 @@ def parse(out: str, names: list[str]) -> tuple[dict[str, NodeHealth], float | No
         except ValueError:
             rec = None
         found[name] = from_record(name, rec if isinstance(rec, dict) else None)
+    for name in names:
+        try:
+            seen: float | None = float("".join(chunks.get(SEEN + name, [])).strip())
+        except ValueError:
+            seen = None
+        found[name] = seen_from_master(found[name], seen)
     try:
         clock: float | None = float("".join(chunks.get(CLOCK, [])).strip())
     except ValueError:
         clock = None
     return found, clock
+
+
+def seen_from_master(h: NodeHealth, seen: float | None) -> NodeHealth:
+    """The node's health with what the master sees of its shared-dir file: a node whose
+    write the master does not see fails shared_dir, failing since its last write the master
+    saw (the node alone cannot tell, so Slurm does not drain it; `heal` replaces it)."""
+    from dataclasses import replace
+
+    h = replace(h, shared_seen_at=seen)
+    if not h.unseen() or h.verdict == "fail":
+        return h
+    return replace(h, verdict="fail", failing_since=seen or h.shared_written_at,
+                   reason="shared_dir: its file in the shared dir is not seen from the master (a node-local directory "
+                          "over the shared storage?)")
 
 
 def from_record(name: str, rec: dict[str, Any] | None) -> NodeHealth:
@@ -104,6 +137,7 @@ def from_record(name: str, rec: dict[str, Any] | None) -> NodeHealth:
         failing_since=float(rec["failing_since"]) if rec.get("failing_since") else None,
         consecutive_failures=int(rec.get("consecutive_failures") or 0),
         interval=float(rec.get("interval") or 300), drained_by_health=bool(rec.get("drained_by_health")),
+        shared_written_at=float(rec["shared_written_at"]) if rec.get("shared_written_at") else None,
     )
 
 

@@ -1,7 +1,8 @@
 """`status`, and what it and `down` read first: which provider made the cluster.
 
 Kept light (no Terraform, Ansible or spec models at import): `deployer status` on 8
-nodes answers in well under half a second (scripts/bench_status.py).
+nodes answers in well under half a second (scripts/bench_status.py); each node's health,
+read through the master in one SSH session, adds about half a second (docs/check.md).
 """
 
 from __future__ import annotations

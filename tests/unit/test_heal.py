@@ -26,15 +26,17 @@ def _record(verdict: str, *, failing_for: float = 0, age: float = 5, runs: int =
             "failing_since": NOW - failing_for if verdict == "fail" else None, "interval": 20, "drained_by_health": runs >= 2}
 
 
-def _printed(records: dict[str, dict | None]) -> str:
+def _printed(records: dict[str, dict | None], seen: dict[str, float] | None = None) -> str:
     lines = [f"{health._MARK}{health.CLOCK}", str(NOW)]
     for name, rec in records.items():
         lines += [f"{health._MARK}{name}", json.dumps(rec) if rec else ""]
+    for name, at in (seen or {}).items():
+        lines += [f"{health._MARK}{health.SEEN}{name}", str(at)]
     return "\n".join(lines) + "\n"
 
 
-def _health(records: dict[str, dict | None]) -> dict[str, health.NodeHealth]:
-    found, clock = health.parse(_printed(records), list(records))
+def _health(records: dict[str, dict | None], seen: dict[str, float] | None = None) -> dict[str, health.NodeHealth]:
+    found, clock = health.parse(_printed(records, seen), list(records))
     assert clock == NOW
     return found
 
@@ -107,3 +109,52 @@ def test_a_node_heal_drained_and_could_not_prove_is_proved_again_once_it_passes(
     assert got["demo-worker-1"].action == "prove"
     assert got["demo-worker-2"].action == "wait"  # failing again: the policy as for any node
     assert got["demo-master"].action == "ok"
+
+
+def test_the_spec_health_section():
+    import pytest
+    from pydantic import ValidationError
+
+    from deployer.spec import ClusterSpec
+
+    assert ClusterSpec().health.enabled and ClusterSpec().health.interval_s == 300 and ClusterSpec().health.grace_s == 600
+    assert ClusterSpec.model_validate({"health": False}).health.enabled is False
+    assert ClusterSpec.model_validate({"health": None}).health.interval == "5m"
+    assert ClusterSpec.model_validate({"health": {"interval": "20s", "grace": "1h"}}).health.grace_s == 3600
+    with pytest.raises(ValidationError, match="at least 10s"):
+        ClusterSpec.model_validate({"health": {"interval": "5s"}})
+    with pytest.raises(ValidationError):
+        ClusterSpec.model_validate({"health": {"interval": "5 minutes"}})
+
+
+def test_drain_waits_for_the_nodes_jobs_unless_now(monkeypatch):
+    said = []
+    answers = iter(["", "101 102", "102", ""])  # the drain, then squeue until the node is empty
+
+    def fake(state, cluster, cmd, timeout=60):
+        said.append(cmd)
+        return 0, next(answers)
+
+    monkeypatch.setattr(heal, "_slurm", fake)
+    monkeypatch.setattr(heal.time, "sleep", lambda s: None)
+    heal.drain(None, _cluster(), "demo-worker-1", "shared_dir: gone", wait_jobs=True)
+    assert said[0] == "sudo -n scontrol update nodename=demo-worker-1 state=drain reason='deployer heal: replacing: shared_dir: gone'"
+    assert sum("squeue" in c for c in said) == 3
+    said.clear()
+    answers = iter([""])
+    heal.drain(None, _cluster(), "demo-worker-1", "x", wait_jobs=False)  # --now
+    assert len(said) == 1
+
+
+def test_a_write_the_master_does_not_see_fails_shared_dir_since_the_last_one_it_saw():
+    # worker-1's /shared is a node-local directory since NOW - 300: its writes stop reaching the master
+    records = {"demo-master": _record("pass") | {"shared_written_at": NOW - 10},
+               "demo-worker-1": _record("pass") | {"shared_written_at": NOW - 8},
+               "demo-worker-2": _record("pass") | {"shared_written_at": NOW - 6}}
+    found = _health(records, {"demo-master": NOW - 10, "demo-worker-1": NOW - 300, "demo-worker-2": NOW - 1})
+    assert found["demo-master"].verdict == "pass" and found["demo-worker-2"].verdict == "pass"  # a newer write seen: shared
+    w1 = found["demo-worker-1"]
+    assert w1.verdict == "fail" and w1.reason.startswith("shared_dir: its file in the shared dir is not seen from the master")
+    assert w1.failing_for(NOW) == 300
+    got = {d.node: d for d in heal.plan(found, _cluster(), HealthSpec(grace="1m"), NOW, 0, [])}
+    assert got["demo-worker-1"].action == "replace"

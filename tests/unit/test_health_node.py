@@ -168,3 +168,31 @@ def test_a_run_writes_the_series_and_counts_failures(tmp_path, monkeypatch):
     assert "deployer_health_failing 1" in prom
     assert f"deployer_health_failing_since_timestamp_seconds {last['failing_since']:g}" in prom or \
         "deployer_health_failing_since_timestamp_seconds " in prom
+
+
+def test_a_gpu_nodes_run_reads_each_tool_once(monkeypatch):
+    """The GPU checks wired to their commands (recorded outputs for each): a healthy H100
+    node with an Xid 62 in the kernel log since the last run, DCGM's watches off at first."""
+    smi = (GPU / "nvidia-smi-q_h100-80gb-hbm3-x8_healthy_535.txt").read_text()
+    kernel = (TIMER / "syslog_xid-32-69-62_kohsuke-gist.txt").read_text()
+    calls = []
+
+    def fake_run(argv, timeout):
+        calls.append(argv)
+        if argv[0] == "nvidia-smi":
+            return 0, smi
+        if argv[0] == "journalctl":
+            return 0, kernel
+        if argv[:3] == ["dcgmi", "health", "-c"]:
+            return 255, "Error: Health watches not enabled. Please enable watches. \n"
+        return 0, ""
+
+    monkeypatch.setattr(nh, "run", fake_run)
+    monkeypatch.setattr(nh.node_check, "lspci_gpus", lambda timeout: "")
+    monkeypatch.setattr(nh.shutil, "which", lambda name: f"/usr/bin/{name}")
+    got = {f["check"]: f for f in nh.check_gpu_health(8, since=1_795_000_000, timeout=5)}
+    assert got["gpus"]["status"] == "pass"
+    assert got["xid"]["status"] == "fail" and got["xid"]["detail"].startswith("Xid 62")
+    assert got["dcgm_health"]["status"] == "skip"
+    assert ["journalctl", "-k", "-q", "--no-pager", "-o", "short-iso", "--since", "@1795000000"] in calls
+    assert ["dcgmi", "health", "-s", "a"] in calls  # the watches on, for the next run

@@ -188,7 +188,7 @@ def test_promtool_check_config_on_rendered_config(rendered, kind):
     r = subprocess.run([PROMTOOL, "check", "config", str(rendered[kind])], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCESS" in r.stdout + r.stderr
-    assert "4 rules found" in r.stdout + r.stderr, "the rule files were checked too"
+    assert "6 rules found" in r.stdout + r.stderr, "the rule files were checked too"
 
 
 @needs_ansible

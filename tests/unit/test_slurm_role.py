@@ -93,6 +93,10 @@ def test_slurm_conf_for_a_2_gpu_node(rendered):
     assert "SlurmctldHost=demo-master(10.77.0.10)" in conf
     assert "MpiDefault=pmix" in conf and "ReturnToService=2" in conf
     assert "PartitionName=batch Nodes=ALL Default=YES" in conf
+    # deployer's health program as slurmd's, at the spec's interval (5 min by default), on
+    # drained nodes too (so it can resume the ones it drained)
+    assert "HealthCheckProgram=/usr/local/sbin/deployer-health" in conf.splitlines()
+    assert "HealthCheckInterval=300" in conf.splitlines() and "HealthCheckNodeState=ANY" in conf.splitlines()
     # A cloud VM with cgroup v2 and Slurm 22.05: cgroup tracking and confinement.
     assert "ProctrackType=proctrack/cgroup" in conf and "TaskPlugin=task/cgroup,task/affinity" in conf
     assert "TopologyPlugin" not in conf, "no placement known: no topology"
@@ -118,11 +122,12 @@ def test_the_local_node_facts_render_a_cpu_only_conf(tmp_path):
     ev = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
           "slurm_facts": {"demo-master": LXC, "demo-worker-1": LXC},
           # a local cluster is one host: one switch under the top one (slurm.topology_conf)
-          "deployer_slurm_topology": "SwitchName=host1 Nodes=demo-master,demo-worker-1\nSwitchName=cloud Switches=host1\n"}
+          "deployer_slurm_topology": "SwitchName=host1 Nodes=demo-master,demo-worker-1\nSwitchName=cloud Switches=host1\n",
+          "deployer_health_enabled": False}  # `health: false`: slurmd runs no program
     r = run_playbook(play, inv_path, tmp_path, "-e", json.dumps(ev))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     conf = (tmp_path / "slurm.conf").read_text()
-    assert "GresTypes" not in conf
+    assert "GresTypes" not in conf and "HealthCheck" not in conf
     assert "TopologyPlugin=topology/tree" in conf.splitlines()
     from deployer import slurm
 
