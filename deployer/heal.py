@@ -15,7 +15,8 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import ledger, ui
@@ -42,7 +43,7 @@ class Decision:
     result: str | None = None  # what heal did: replaced · check failed · drain refused ...
 
 
-def replacements_today(root: Any, cluster: str, at: Any = None) -> int:
+def replacements_today(root: Path, cluster: str, at: datetime | None = None) -> int:
     """Heal's replacements of this cluster in the last 24 hours (the ledger's heal lines)."""
     t = at or now()
     return sum(1 for e in ledger.entries(root)
@@ -120,7 +121,7 @@ def resume(state: ClusterState, cluster: Cluster, node: str) -> None:
 def heal(state: ClusterState, *, act: bool, dry_run: bool, wait_jobs: bool = True,
          named: list[str] | None = None) -> dict[str, Any]:
     """Read, decide, and with `act` replace and prove; the decisions as JSON."""
-    from . import health, lifecycle
+    from . import health
 
     spec: ClusterSpec | None = state.spec()
     cluster = state.cluster()
@@ -149,14 +150,17 @@ def heal(state: ClusterState, *, act: bool, dry_run: bool, wait_jobs: bool = Tru
     if act and not dry_run:
         for d in decisions:
             if d.action == "replace":
-                _replace(spec, state, cluster, d, wait_jobs, lifecycle)
+                _replace(spec, state, cluster, d, wait_jobs)
             elif d.action == "prove":
                 _prove(spec, state, cluster, d)
     return {"cluster": state.name, "dry_run": dry_run or not act, "nodes": [asdict(d) for d in decisions],
             "health": {k: v.to_json(node_now) for k, v in found.items()}}
 
 
-def _replace(spec: ClusterSpec, state: ClusterState, cluster: Cluster, d: Decision, wait_jobs: bool, lifecycle: Any) -> None:
+def _replace(spec: ClusterSpec, state: ClusterState, cluster: Cluster, d: Decision, wait_jobs: bool) -> None:
+    """The path of `up --replace NODE` (lifecycle.up's stages), checked at the standard level."""
+    from . import lifecycle
+
     slurm = spec.scheduler == "slurm"
     started = time.time()
     if slurm:
