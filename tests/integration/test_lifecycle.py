@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 
 import pytest
@@ -39,7 +40,10 @@ def test_status_json_lists_every_node_reachable_master_first(local_cluster):
     assert [n["name"] for n in info["nodes"]] == ["itest-master", "itest-worker-1", "itest-worker-2"]
     assert [n["role"] for n in info["nodes"]] == ["master", "worker", "worker"]
     assert all(n["reachable"] and n["state"] == "ok" for n in info["nodes"])
-    assert all(set(n) == {"name", "role", "id", "private_ip", "public_ip", "gpus", "state", "reachable"} for n in info["nodes"])
+    assert all(set(n) == {"name", "role", "id", "private_ip", "public_ip", "gpus", "host", "host_id", "zone", "state",
+                          "reachable"} for n in info["nodes"])
+    # A local cluster is one host, this machine (placement: the same fields as on OpenStack).
+    assert {(n["host"], n["zone"]) for n in info["nodes"]} == {(socket.gethostname(), "local")}
     assert len({n["id"] for n in info["nodes"]}) == NODES and info["extra"] == []
     assert all(n["private_ip"].startswith(SUBNET.rsplit(".", 2)[0]) for n in info["nodes"])
 
