@@ -111,15 +111,13 @@ class Cluster:
         hostfile's order, so neighbouring ranks share a host and a run on the first n nodes
         spans as few hosts as the placement allows. Nodes of no known host are one group.
         With no host known (an old record) it is the nodes' own order."""
-        groups: dict[str | None, list[Node]] = {}
-        for node in self.nodes:
-            groups.setdefault(node.host, []).append(node)
-        return tuple(node for group in groups.values() for node in group)
+        return tuple(node for group in self.host_groups().values() for node in group)
 
     def host_groups(self) -> dict[str | None, list[Node]]:
-        """Host -> its nodes, in by_host's order; None: not known."""
+        """Host -> its nodes, the master's host first, each host's nodes in the nodes' own
+        order (by_host's order); None: not known."""
         groups: dict[str | None, list[Node]] = {}
-        for node in self.by_host:
+        for node in self.nodes:
             groups.setdefault(node.host, []).append(node)
         return groups
 

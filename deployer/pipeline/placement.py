@@ -49,8 +49,9 @@ def spread_warning(spec: ClusterSpec, cluster: Cluster) -> str | None:
     if len(groups) != 1 or None in groups:
         return None
     host = next(iter(groups))
-    return (f"placement: spread was asked, but all {len(cluster.nodes)} nodes run on one host ({host}): Nova found no "
-            f"other host with room for {spec.openstack.flavor} when they were made, and soft-anti-affinity lets it put "
-            f"them together rather than fail. One host's failure takes the whole cluster, and every pair talks through "
-            f"its bridge, not the network. `deployer up --replace NODE` later tries another host for a node; "
-            f"placement_hard: true refuses to pack instead")
+    return (f"placement: spread was asked, but all {len(cluster.nodes)} nodes run on one host ({host}). soft-anti-affinity "
+            f"is a preference Nova drops rather than fail: either no other host had room for {spec.openstack.flavor}, or "
+            f"the nodes were made at once and Nova weighed each before any had a host (docs/openstack.md, \"Placement\"). "
+            f"One host's failure takes the whole cluster, and every pair talks through its bridge, not the network. "
+            f"`deployer up --replace NODE`, one node at a time, sends a node where the fewest of the others are; "
+            f"placement_hard: true makes nova-compute enforce it (a node it cannot place fails to build)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .services import CATALOG, COMPUTE_HOST, FLAVORS, IMAGE
+from .services import CATALOG, COMPUTE_HOST, COMPUTE_HOSTS, FLAVORS, IMAGE, compute_process
 from .testcloud import OTHER_PROJECT, OTHER_USER, PROJECT, REGION, SERVICES_PROJECT, USER, log, wait_for
 
 if TYPE_CHECKING:
@@ -70,9 +70,10 @@ def populate(cloud: Cloud, launch: Launcher) -> None:
         u = idn.create_user(name=user, password=cloud.passwords[user], domain_id="default", default_project_id=p.id)
         idn.assign_project_role_to_user(p, u, member)
 
-    log("waiting for the compute host and the volume service")
-    wait_for("nova-compute's hypervisor", lambda: list(conn.compute.hypervisors()), timeout=240,
-             procs={n: cloud.pids[n] for n in ("nova-compute", "nova-conductor", "nova-scheduler")})
+    log("waiting for the compute hosts and the volume service")
+    computes = [compute_process(i) for i in range(len(COMPUTE_HOSTS))]
+    wait_for("every nova-compute's hypervisor", lambda: len(list(conn.compute.hypervisors())) >= len(COMPUTE_HOSTS),
+             timeout=240, procs={n: cloud.pids[n] for n in (*computes, "nova-conductor", "nova-scheduler")})
     wait_for("the VGPU provider in placement", lambda: _vgpu_provider(conn), timeout=120)
     wait_for("cinder-volume", lambda: any(s.binary == "cinder-volume" and s.state == "up"
                                           for s in conn.block_storage.services()), timeout=180,

@@ -99,6 +99,7 @@ def leftovers(conn: Any, cluster: str) -> list[str]:
         found += [f"{kind} {i.name}" for i in items if (i.name or "").startswith(prefix)]
     found += [f"floating IP {i.floating_ip_address}" for i in conn.network.ips() if i.description == f"deployer {cluster} master"]
     found += [f"key pair {k.name}" for k in conn.compute.keypairs() if k.name.startswith(f"{cluster}-key")]
+    found += [f"server group {g.name}" for g in conn.compute.server_groups() if g.name.startswith(prefix)]
     return found
 
 
@@ -142,6 +143,10 @@ def delete_all(conn: Any, cluster: str) -> None:
         if k.name.startswith(f"{cluster}-key"):
             with contextlib.suppress(Exception):
                 conn.compute.delete_keypair(k)
+    for g in conn.compute.server_groups():
+        if (g.name or "").startswith(f"{cluster}-"):
+            with contextlib.suppress(Exception):
+                conn.compute.delete_server_group(g)
 
 
 # A real public key (Nova computes its fingerprint and refuses a malformed one); its private half was thrown away.
@@ -160,6 +165,9 @@ def wipe_project(conn: Any) -> None:
         with contextlib.suppress(Exception):
             conn.compute.wait_for_delete(s, wait=120)
     project = conn.current_project_id
+    for g in conn.compute.server_groups():
+        with contextlib.suppress(Exception):
+            conn.compute.delete_server_group(g)
     for ip in conn.network.ips(project_id=project):
         with contextlib.suppress(Exception):
             conn.network.delete_ip(ip)

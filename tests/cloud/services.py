@@ -34,6 +34,11 @@ CATALOG = [
 # assumes the API sits at the root of its endpoint fails here as it would there.
 NOVA_PREFIX = "/compute"
 COMPUTE_HOST = "testcloud-compute"
+# Three hypervisors, each its own nova-compute process with the fake driver (a compute
+# node of its own, 1000 vCPUs and 800 GB of RAM as the driver reports them), so a server
+# group's policy has somewhere to spread to (tests/cloud/test_placement.py). The first
+# keeps the name the other tests know.
+COMPUTE_HOSTS = (COMPUTE_HOST, f"{COMPUTE_HOST}-2", f"{COMPUTE_HOST}-3")
 # Flavors as a GPU research cloud offers them; small enough for 64 fake servers.
 FLAVORS = {
     "m1.small": {"vcpus": 1, "ram": 512, "disk": 1},
@@ -41,6 +46,9 @@ FLAVORS = {
     "g1.vgpu": {"vcpus": 2, "ram": 2048, "disk": 20, "extra_specs": {"resources:VGPU": "1"}},
 }
 IMAGE = "Ubuntu 22.04"
+# Nova's [filter_scheduler] soft_affinity_weight_multiplier here (default 1.0): above the
+# sum of the spreading weighers (RAM, CPU, disk: 1.0 each), so soft-affinity packs.
+SOFT_AFFINITY_WEIGHT = 10.0
 
 
 def ini(sections: dict[str, dict[str, object]]) -> str:
@@ -144,12 +152,24 @@ class Configs:
             "glance": {"region_name": REGION},
             "conductor": {"workers": 1},
             "scheduler": {"workers": 1, "discover_hosts_in_cells_interval": 2},
+            # docs/openstack.md, "Placement": Nova's own weighers (free RAM, vCPUs, disk) spread
+            # servers by default, and each counts as much as the soft-affinity weigher; a
+            # cloud that offers packing weighs its server groups above them, as here.
+            "filter_scheduler": {"soft_affinity_weight_multiplier": SOFT_AFFINITY_WEIGHT},
             "oslo_concurrency": {"lock_path": self.run / "nova" / "locks"},
             "vnc": {"enabled": False},
             "oslo_messaging_notifications": {"driver": "noop"},
             # Quotas as the tests set them per project; defaults generous for the scale test.
-            "quota": {"instances": 100, "cores": 400, "ram": 400 * 1024},
+            # server_group_members: Nova's default is 10 a group, below the scale test's 32 nodes.
+            "quota": {"instances": 100, "cores": 400, "ram": 400 * 1024, "server_group_members": 64},
         })
+
+    def compute(self, host: str) -> Path:
+        """What one more nova-compute changes of nova.conf: its host name (its compute node's
+        too, with the fake driver), and a state dir of its own (the node's identity file)."""
+        state = self.run / host
+        state.mkdir(exist_ok=True)
+        return self.write(f"{host}.conf", {"DEFAULT": {"host": host, "state_path": state}})
 
     def neutron(self) -> tuple[Path, Path]:
         paste = self.run / "etc" / "neutron-api-paste.ini"
@@ -306,6 +326,11 @@ def _step(launch: Launcher, name: str, argv: list) -> subprocess.Popen:
     return p
 
 
+def compute_process(i: int) -> str:
+    """The i-th nova-compute's name among the cloud's processes (the first is plain nova-compute)."""
+    return "nova-compute" if i == 0 else f"nova-compute-{i + 1}"
+
+
 # ---- the whole start -----------------------------------------------------------------------------
 
 
@@ -347,8 +372,11 @@ def start_all(launch: Launcher) -> None:
     launch.serve("glance-api", files["glance"])
     launch.serve("cinder-api", files["cinder"])
     bin_ = VENV / "bin"
-    for name in ("nova-conductor", "nova-scheduler", "nova-compute"):
+    for name in ("nova-conductor", "nova-scheduler"):
         launch.spawn(name, [str(bin_ / name), "--config-file", str(files["nova"])])
+    for i, host in enumerate(COMPUTE_HOSTS):
+        launch.spawn(compute_process(i), [str(bin_ / "nova-compute"), "--config-file", str(files["nova"]),
+                                          "--config-file", str(cfg.compute(host))])
     for name in ("cinder-scheduler", "cinder-volume"):
         launch.spawn(name, [str(bin_ / name), "--config-file", str(files["cinder"])])
     for api in API_PORTS:

@@ -28,6 +28,7 @@ CID = "0123456789ab"
 ENV = {"OS_CLOUD": "testcloud"}
 SERVERS = {"srv-m": "demo-master", "srv-w1": "demo-worker-1", "srv-w2": "demo-worker-2"}
 VOLUME = "vol-1"
+GROUP = "sg-1"
 LONG_AGO = "2000-01-01T00:00:00Z"
 
 
@@ -50,6 +51,9 @@ def cloud(tmp_path, monkeypatch):
         c.data["volume_volumes_detail"]["volumes"] = [
             {"id": VOLUME, "name": "demo-shared", "status": "available", "size": 10, "metadata": dict(meta)}
         ]
+        # The cluster's server group (placement: spread), named with the id: no metadata to carry.
+        c.data["compute_server_groups"]["server_groups"] = [
+            {"id": GROUP, "name": f"demo-{CID}", "policy": "soft-anti-affinity", "members": list(SERVERS)}]
         c.allow_delete = True  # what the code under test may do, not what it should
         yield c
 
@@ -108,7 +112,7 @@ def test_when_every_server_and_the_volume_say_so_it_is_deleted_by_the_latest_exp
     assert found.cluster_id == CID and found.expires_at == latest
     results = gc.collect_and_act(tmp_path / "empty", cloud="testcloud", destroy=True, dry_run=False)
     assert [r["action"] for r in results] == ["destroyed"]
-    assert {p.split("?")[0].rsplit("/", 1)[1] for p in deletes(cloud)} >= {*SERVERS, VOLUME}
+    assert {p.split("?")[0].rsplit("/", 1)[1] for p in deletes(cloud)} >= {*SERVERS, VOLUME, GROUP}
 
 
 def test_delete_reads_every_expiry_again_and_keeps_a_cluster_extended_since(cloud):

@@ -79,6 +79,11 @@ def test_a_container_made_by_another_cluster_id_is_refused(healthy, monkeypatch,
         check(tmp_path, name="lab", nodes=2)
     seen = local.LocalProvider().observe(st, {}, ["lab-master"])
     assert seen.nodes["lab-master"].state == ("missing" if refused else "running"), "another's container is not this cluster's"
+    if not refused:  # a local cluster is one host: this machine, zone local (the cluster record's placement)
+        import socket
+
+        m = seen.nodes["lab-master"]
+        assert (m.host, m.host_id, m.zone) == (socket.gethostname(), socket.gethostname(), "local")
 
 
 def test_not_root(healthy, monkeypatch, tmp_path):

@@ -152,7 +152,8 @@ def test_spread_on_one_host_is_a_warning_with_its_cause():
     spec = ClusterSpec(name="lab", provider="openstack", nodes=3, openstack={"admin_cidr": "198.51.100.1/32"})
     packed = _cluster({n: H1 for n in list(PLACED)[:3]})
     said = placement.spread_warning(spec, packed)
-    assert said is not None and "all 3 nodes run on one host" in said and "no other host with room" in said
+    assert said is not None and "all 3 nodes run on one host" in said and "no other host had room" in said
+    assert "made at once" in said and "\n" not in said
     assert placement.spread_warning(spec, _cluster({n: h for n, h in list(PLACED.items())[:3]})) is None
     pack = spec.model_copy(update={"openstack": spec.openstack.model_copy(update={"placement": "pack"})})
     assert placement.spread_warning(pack, packed) is None
@@ -198,3 +199,14 @@ def test_a_changed_policy_on_a_cluster_with_a_group_is_refused(tmp_path):
     said = os_placement.policy_change_problem(tmp_path, "soft-affinity")
     assert said is not None and "fixed at creation" in said
     assert os_placement.policy_change_problem(tmp_path, None) is not None
+
+
+def test_a_cluster_larger_than_a_server_group_may_be_is_told_how_to_do_without_one():
+    from deployer.providers.openstack.quota import Quota, _quota_message, fit
+
+    spec = ClusterSpec(provider="openstack", nodes=16)
+    want = needs(spec, 1, 512, fresh=False)
+    result = fit({"server_group_members": Quota("server group members", 10, 0)}, want, 16)
+    said = _quota_message(spec, "m1.small", [], 16, result)
+    assert not result.ok and "server group members: need 16, 10 free of 10" in said
+    assert "--nodes 10" in said and "placement: any" in said

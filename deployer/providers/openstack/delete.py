@@ -6,7 +6,8 @@ order the APIs need: the servers that carry the cluster's id (`deployer_cluster_
 metadata; and only when there is at least one: the metadata is the proof it is a deployer
 cluster), then what carries the id's tag (terraform/openstack's local.tags): its ports,
 the master's floating IP, the router (interfaces first), the subnet and network, the
-security groups; the key pair by its name; the shared volume by its metadata. A cluster
+security groups; the key pair and the server group by their names; the shared volume by its
+metadata. A cluster
 of the same name with another id is another cluster, and stays. Afterwards the same look
 that `down` uses must find nothing.
 """
@@ -67,7 +68,8 @@ def delete_cluster(env: dict[str, str], cluster: str, cluster_id: str, *, say: C
         for kind, delete in (("floating IP", conn.network.delete_ip), ("port", conn.network.delete_port),
                              ("router", router_gone), ("subnet", conn.network.delete_subnet),
                              ("network", conn.network.delete_network), ("security group", conn.network.delete_security_group),
-                             ("key pair", conn.compute.delete_keypair), ("volume", volume_gone)):
+                             ("key pair", conn.compute.delete_keypair), ("server group", conn.compute.delete_server_group),
+                             ("volume", volume_gone)):
             for item in found[kind]:
                 delete(item)
                 if kind != "subnet":  # goes with its network, as `down`'s proof counts it

@@ -219,9 +219,14 @@ def key_pair_name(cluster: str, cluster_id: str) -> str:
     return f"{cluster}-key-{cluster_id}"
 
 
+def server_group_name(cluster: str, cluster_id: str) -> str:
+    """The server group terraform/openstack makes (compute.tf): named with the id."""
+    return f"{cluster}-{cluster_id}"
+
+
 def tagged(conn: Any, cluster: str, cluster_id: str) -> dict[str, list[Any]]:
     """The cluster's non-server resources, by its id: a Neutron tag, the volume's
-    metadata, the key pair's name."""
+    metadata, the key pair's and the server group's names."""
     tag = id_tag(cluster_id)
     volume = [v for v in conn.block_storage.volumes() if (v.metadata or {}).get(CLUSTER_ID_KEY) == cluster_id]
     key = key_pair_name(cluster, cluster_id)
@@ -234,6 +239,8 @@ def tagged(conn: Any, cluster: str, cluster_id: str) -> dict[str, list[Any]]:
         "security group": list(conn.network.security_groups(tags=tag)),
         "volume": volume,
         "key pair": [k for k in [conn.compute.find_keypair(key, ignore_missing=True)] if k],
+        # A server group carries neither tags nor metadata: by its name, which holds the id (compute.tf).
+        "server group": [g for g in conn.compute.server_groups() if g.name == server_group_name(cluster, cluster_id)],
     }
 
 

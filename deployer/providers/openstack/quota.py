@@ -196,9 +196,13 @@ def _quota_message(spec: ClusterSpec, flavor: str, existing: list[str], new_node
             f"project quota too small for even one node of {flavor}: {'; '.join(r.short_per_node)}; "
             f"choose a smaller openstack.flavor or ask the cloud's admins to raise the quota"
         )
+    # Nova's default is 10 members a server group: a larger cluster can do without one.
+    grouped = any(s.startswith("server group members") for s in r.short_per_node)
     return (
         f"project quota too small for {spec.nodes} nodes of {flavor}{grown}: {'; '.join(r.short_per_node)}; "
-        f"the largest cluster that fits is {total} nodes: run with --nodes {total}, or ask the cloud's admins for more quota"
+        f"the largest cluster that fits is {total} nodes: run with --nodes {total}, "
+        + ("or set openstack.placement: any (no server group), " if grouped else "")
+        + "or ask the cloud's admins for more quota"
     )
 
 
