@@ -176,6 +176,11 @@ class ClusterSpec(_Strict):
         default="none", description="slurm: munge, slurmctld on the master and slurmd on every node (docs/slurm.md)"
     )
     ttl: str | None = Field(default=None, description="lifetime, e.g. 8h: `deployer gc` destroys the cluster after it; none: no expiry")
+    image: str | None = Field(
+        default=None, pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$",
+        description="a baked image (`deployer image build`, `deployer image list`) every node boots from, new and "
+                    "replaced ones alike; default: the provider's base image (local: Debian, openstack: openstack.image)",
+    )
     local: LocalSpec = Field(default_factory=LocalSpec)
     openstack: OpenStackSpec = Field(default_factory=OpenStackSpec)
     terraform: TerraformSpec = Field(default_factory=TerraformSpec)
@@ -320,6 +325,7 @@ monitoring:
 jupyter: true         # JupyterLab on the master, private: `deployer notebook` tunnels to it
 scheduler: none       # none (mpirun over the hostfile) | slurm (sbatch/srun; docs/slurm.md)
 # ttl: 8h             # expiry (30m, 8h, 2d, 1w): `deployer gc --yes` destroys the cluster after it
+# image: baked-cpu-20261127-1000  # a baked image (`deployer image build`/`list`): the roles skip what it holds
 
 local:
   # subnet: 10.77.0.0/24  # private bridge; default: this, or the next free /24 after it on this machine
