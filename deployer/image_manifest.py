@@ -28,8 +28,8 @@ MANIFEST_PATH = "/etc/deployer/image.json"
 # once; `<shared_dir>/venv` links to it (the paths users and the benchmarks know).
 IMAGE_VENV = "/opt/deployer/venv"
 # The roles whose installing part a bake runs (ansible/bake.yml), and what they read.
-INSTALLING_ROLES = ("common", "mpi", "slurm", "node_exporter", "nvidia_driver", "dcgm_exporter", "training_runtime",
-                    "jupyterlab")
+INSTALLING_ROLES = ("common", "mpi", "slurm", "node_exporter", "prometheus", "pushgateway", "nvidia_driver",
+                    "dcgm_exporter", "training_runtime", "jupyterlab")
 # Glance property keys carry this prefix, so a manifest's keys never meet the cloud's own
 # (os_distro, hw_*): image_props_to_manifest reads them back.
 PROPERTY_PREFIX = "deployer_"

@@ -54,7 +54,7 @@ def test_manifest_as_glance_properties_round_trips():
 def test_roles_hash_follows_the_installing_roles_only():
     h = image_manifest.roles_hash()
     assert len(h) == 16 and h == image_manifest.roles_hash()
-    assert "prometheus" not in image_manifest.INSTALLING_ROLES  # configuration-only roles never stale a bake
+    assert "ssh_mesh" not in image_manifest.INSTALLING_ROLES  # configuration-only roles never stale a bake
 
 
 def test_a_node_keeps_its_image_or_says_why_in_one_line():
@@ -241,3 +241,14 @@ def test_a_baked_image_replaces_openstack_image_for_the_nodes():
 
     assert with_baked_image(ClusterSpec(name="lab")).image == "Ubuntu 22.04"
     assert with_baked_image(ClusterSpec(name="lab", provider="openstack", image="baked-gpu-1")).image == "baked-gpu-1"
+
+
+def test_sealed_lists_read_as_stale_so_apt_fetches_them(tmp_path):
+    from deployer.providers.local import baked
+
+    (tmp_path / "var/lib/apt/lists").mkdir(parents=True)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "var/lib/apt/lists/deb.debian.org_Packages").write_text("p")
+    baked.seal(tmp_path)
+    lists = tmp_path / "var/lib/apt/lists"
+    assert [p.name for p in lists.iterdir()] == ["partial"] and lists.stat().st_mtime == 0

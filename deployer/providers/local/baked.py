@@ -156,6 +156,16 @@ def seal(root: Path) -> None:
             log.unlink()
     # An empty machine-id: systemd makes a new one at each node's first boot.
     (root / "etc/machine-id").write_text("")
+    stale_lists(root)
+
+
+def stale_lists(root: Path) -> None:
+    """Empty package lists that read as old: apt's cache_valid_time (the roles' apt tasks)
+    goes by the stamp, else the lists folder's time, so the first role that installs
+    something on a node of the image fetches the lists instead of finding none."""
+    lists = root / "var/lib/apt/lists"
+    (lists / "partial").mkdir(parents=True, exist_ok=True)
+    os.utime(lists, (0, 0))
 
 
 def lower_for(image: str | None) -> Path | None:
