@@ -252,3 +252,105 @@ def test_sealed_lists_read_as_stale_so_apt_fetches_them(tmp_path):
     baked.seal(tmp_path)
     lists = tmp_path / "var/lib/apt/lists"
     assert [p.name for p in lists.iterdir()] == ["partial"] and lists.stat().st_mtime == 0
+
+
+class _Times:
+    def stage(self, name: str):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def write(self, run_dir: Path) -> dict[str, float]:
+        return {"total_s": 1.0}
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_the_builder_is_deleted_whatever_happens(tmp_path, monkeypatch, stop):
+    """A failed bake and a Ctrl-C (KeyboardInterrupt, what signals.py makes of SIGINT,
+    SIGTERM and SIGHUP) both end in `down` of the builder, and then go on as they were."""
+    from types import SimpleNamespace
+
+    from deployer import image_build, lifecycle
+    from deployer.providers.local import baked
+    from deployer.spec import ClusterSpec
+
+    monkeypatch.setattr(baked, "lookup", lambda name: None)
+    downs: list[str] = []
+    run = SimpleNamespace(times=_Times(), run_dir=tmp_path, checked=None)
+    monkeypatch.setattr(lifecycle, "preflight", lambda spec, state, replace, check_level=None: run)
+    monkeypatch.setattr(lifecycle, "begin", lambda run, ttl_given: None)
+    monkeypatch.setattr(lifecycle, "prepare", lambda run: None)
+    monkeypatch.setattr(lifecycle, "provision", lambda run: SimpleNamespace(names=("b-master",)))
+    monkeypatch.setattr(image_build.inventory, "write", lambda cluster, spec, state: tmp_path / "hosts.yml")
+    monkeypatch.setattr(lifecycle, "wait_for_nodes", lambda run, cluster, names: None)
+
+    def bake(run: object, inv: Path, gpu: bool) -> dict[str, str | None]:
+        raise stop("stopped in the bake")
+
+    monkeypatch.setattr(image_build, "bake", bake)
+    monkeypatch.setattr(lifecycle, "down", lambda state: downs.append(state.name) or True)
+    with pytest.raises(stop):
+        image_build.build(ClusterSpec(name="lab"), tmp_path, gpu=False)
+    assert len(downs) == 1 and downs[0].startswith("bake-")
+
+
+def test_a_gpu_bake_is_refused_locally_before_anything_is_made(tmp_path):
+    from deployer import image_build
+    from deployer.spec import ClusterSpec
+
+    with pytest.raises(UsageError, match="--gpu"):
+        image_build.build(ClusterSpec(name="lab"), tmp_path, gpu=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_glance_save_waits_for_active_and_carries_the_manifest():
+    """Against a stand-in for openstacksdk's proxies (the test cloud runs the real one)."""
+    from types import SimpleNamespace
+
+    from deployer.providers.openstack.images import GlanceImages
+
+    m = manifest(name="baked-gpu-1", provider="openstack")
+    calls: list[tuple[str, object]] = []
+    server = SimpleNamespace(id="s1", status="ACTIVE", name="bake-1-master", image={"id": "base"})
+    image = SimpleNamespace(id="i1", name="baked-gpu-1", status="active", properties={})
+
+    class Compute:
+        def get_server(self, sid):
+            return server
+
+        def stop_server(self, s):
+            calls.append(("stop", s.id))
+
+        def wait_for_server(self, s, status, wait):
+            calls.append(("wait", status))
+
+        def create_server_image(self, s, name, metadata, wait, timeout):
+            calls.append(("createImage", (name, metadata, wait)))
+            return image
+
+        def servers(self, details=True):
+            return [SimpleNamespace(name="lab-master", image={"id": "i1"}), server]
+
+    class Image:
+        def get_image(self, iid):
+            return image
+
+        def update_image(self, img, **props):
+            calls.append(("update", props))
+            img.properties.update(props)
+
+        def images(self):
+            return [image]
+
+        def delete_image(self, img):
+            calls.append(("delete", img.id))
+
+    store = GlanceImages()
+    store._conn = SimpleNamespace(compute=Compute(), image=Image())
+    cluster = SimpleNamespace(master=SimpleNamespace(id="s1"))
+    where = store.save(None, cluster, "baked-gpu-1", m)  # type: ignore[arg-type]
+    assert "i1" in where
+    assert [c[0] for c in calls] == ["stop", "wait", "createImage", "update"]
+    assert calls[2][1] == ("baked-gpu-1", m.as_properties(), True)
+    assert store.lookup("baked-gpu-1") == m
+    assert store.users("baked-gpu-1") == ["server lab-master"]
