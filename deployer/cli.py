@@ -593,13 +593,15 @@ ProviderOpt = Annotated[str | None, typer.Option("--provider", "-p", help="local
                                                                           "(default: the spec's)")]
 
 
-def _provider(provider: str | None, config: Path | None) -> str:
+def _provider(provider: str | None, config: Path | None) -> tuple[str, str | None]:
+    """The provider (--provider, else the spec's) and the spec's OpenStack cloud."""
     from .spec import PROVIDERS, build_spec
 
-    chosen = provider or build_spec(config).provider
+    spec = build_spec(config)
+    chosen = provider or spec.provider
     if chosen not in PROVIDERS:
         raise UsageError(f"--provider {chosen!r}: use one of {', '.join(PROVIDERS)}")
-    return chosen
+    return chosen, spec.openstack.cloud
 
 
 @image_app.command("build")
@@ -627,7 +629,7 @@ def image_list(provider: ProviderOpt = None, config: ConfigOpt = None, json_out:
     """The baked images, what each holds, what stands on it, and whether the roles changed since."""
     from . import image_build as ib
 
-    images = ib.listing(_provider(provider, config))
+    images = ib.listing(*_provider(provider, config))
     if json_out:
         ui.print_json({"images": images})
         return
@@ -646,7 +648,8 @@ def image_rm(name: Annotated[str, typer.Argument(help="the image (`deployer imag
     """Remove a baked image; refused while a cluster's node stands on it."""
     from . import image_build as ib
 
-    ib.remove(_provider(provider, config), name)
+    chosen, cloud = _provider(provider, config)
+    ib.remove(chosen, name, cloud)
 
 
 def _interrupted() -> None:

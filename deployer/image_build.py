@@ -51,7 +51,7 @@ rm -rf /home/*/.ssh
 
 def build(spec: ClusterSpec, state_root: Path, *, gpu: bool, name: str | None = None) -> dict[str, Any]:
     """Bake an image from `spec`'s provider and base image; its manifest and where it is."""
-    store = get_images(spec.provider)
+    store = get_images(spec.provider, spec.openstack.cloud)
     if gpu and spec.provider == "local":
         raise UsageError("--gpu: local containers have no GPU or kernel of their own; bake a GPU image with "
                          "--provider openstack on a GPU flavor")
@@ -135,17 +135,17 @@ def manifest_dict(m: Manifest) -> dict[str, Any]:
     return data
 
 
-def listing(provider: str) -> list[dict[str, Any]]:
+def listing(provider: str, cloud: str | None = None) -> list[dict[str, Any]]:
     """Every baked image of the provider, with what stands on it and whether the roles changed since."""
-    store = get_images(provider)
+    store = get_images(provider, cloud)
     current = image_manifest.roles_hash()
     return [{**manifest_dict(m), "users": store.users(m.name), "current": m.roles_hash == current}
             for m in store.images()]
 
 
-def remove(provider: str, name: str) -> None:
+def remove(provider: str, name: str, cloud: str | None = None) -> None:
     """`image rm`: refused (exit 2, one line) while anything stands on the image."""
-    store = get_images(provider)
+    store = get_images(provider, cloud)
     if store.lookup(name) is None:
         raise UsageError(f"no baked image {name!r} (`deployer image list --provider {provider}`)")
     users = store.users(name)

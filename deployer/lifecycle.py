@@ -222,7 +222,7 @@ def check_image(spec: ClusterSpec, checked: object) -> None:
     from . import image_manifest
     from .providers import get_images
 
-    store = get_images(spec.provider)
+    store = get_images(spec.provider, spec.openstack.cloud)
     manifest = store.lookup(spec.image)
     if manifest is None:
         raise PreflightError(f"image {spec.image!r}: no such baked image for provider {spec.provider} "

@@ -18,8 +18,9 @@ def get_provider(name: str) -> Provider:
     raise ValueError(name)
 
 
-def get_images(name: str) -> ImageStore:
-    """The provider's baked images (`deployer image ...`, `image:` in the spec)."""
+def get_images(name: str, cloud: str | None = None) -> ImageStore:
+    """The provider's baked images (`deployer image ...`, `image:` in the spec); `cloud`:
+    the clouds.yaml entry (OpenStack; default $OS_CLOUD)."""
     if name == "local":
         from .local.baked import LocalImages
 
@@ -27,5 +28,5 @@ def get_images(name: str) -> ImageStore:
     if name == "openstack":
         from .openstack.images import GlanceImages
 
-        return GlanceImages()
+        return GlanceImages(cloud)
     raise ValueError(name)
