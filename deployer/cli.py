@@ -609,6 +609,8 @@ def image_build(
     provider: ProviderOpt = None,
     gpu: Annotated[bool, typer.Option("--gpu", help="also the NVIDIA driver (with its reboot) and DCGM, on a GPU flavor")] = False,
     image_name: Annotated[str | None, typer.Option("--image-name", help="the new image's name (default: baked-cpu|gpu-<time>)")] = None,
+    no_setup: Annotated[bool, typer.Option("--no-setup", help="save the builder as it booted, nothing installed (a cloud "
+                                                              "whose servers do not boot, e.g. the test cloud)")] = False,
     config: ConfigOpt = None,
     state_dir: StateOpt = DEFAULT_STATE,
     json_out: JsonOpt = False,
@@ -619,7 +621,7 @@ def image_build(
     from .spec import build_spec
 
     spec = build_spec(config, provider=provider)
-    result = ib.build(spec, state_dir, gpu=gpu, name=image_name)
+    result = ib.build(spec, state_dir, gpu=gpu, name=image_name, setup=not no_setup)
     if json_out:
         ui.print_json(result)
 

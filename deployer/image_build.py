@@ -49,8 +49,11 @@ rm -rf /home/*/.ssh
 """
 
 
-def build(spec: ClusterSpec, state_root: Path, *, gpu: bool, name: str | None = None) -> dict[str, Any]:
-    """Bake an image from `spec`'s provider and base image; its manifest and where it is."""
+def build(spec: ClusterSpec, state_root: Path, *, gpu: bool, name: str | None = None, setup: bool = True) -> dict[str, Any]:
+    """Bake an image from `spec`'s provider and base image; its manifest and where it is.
+    `setup` False (--no-setup): the builder is saved as it booted, nothing installed or
+    sealed, for a cloud whose servers do not boot (the test cloud's fake driver); its
+    manifest names nothing, so a node of it installs everything, as from its base image."""
     store = get_images(spec.provider, spec.openstack.cloud)
     if gpu and spec.provider == "local":
         raise UsageError("--gpu: local containers have no GPU or kernel of their own; bake a GPU image with "
@@ -74,12 +77,14 @@ def build(spec: ClusterSpec, state_root: Path, *, gpu: bool, name: str | None = 
             lifecycle.prepare(run)
             cluster = lifecycle.provision(run)
             inv = inventory.write(cluster, builder, state)
-            lifecycle.wait_for_nodes(run, cluster, list(cluster.names))
-            versions = bake(run, inv, gpu=gpu)
-            manifest = image_manifest.new(image_name, spec.provider, gpu=gpu, base=store.base(spec), versions=versions,
-                                          at=at.isoformat(timespec="seconds"))
-            with run.times.stage("seal"):
-                seal(state, cluster)
+            versions: dict[str, str | None] = {}
+            if setup:
+                lifecycle.wait_for_nodes(run, cluster, list(cluster.names))
+                versions = bake(run, inv, gpu=gpu)
+                with run.times.stage("seal"):
+                    seal(state, cluster)
+            manifest = image_manifest.new(image_name, spec.provider, gpu=gpu and setup, base=store.base(spec),
+                                          versions=versions, at=at.isoformat(timespec="seconds"))
             with run.times.stage("save"):
                 ui.step(f"image build: saving {image_name}")
                 where = store.save(state, cluster, image_name, manifest)
