@@ -354,3 +354,26 @@ def test_glance_save_waits_for_active_and_carries_the_manifest():
     assert calls[2][1] == ("baked-gpu-1", m.as_properties(), True)
     assert store.lookup("baked-gpu-1") == m
     assert store.users("baked-gpu-1") == ["server lab-master"]
+
+
+def test_the_baked_remount_unit_is_the_one_site_yml_writes():
+    """The bake enables site.yml's unit in the image; the same text, so a node of the
+    image finds it unchanged (no rewrite, no daemon-reload) when the shared dir is the same."""
+    import yaml
+
+    def unit(plays: list[dict], play_name_part: str) -> str:
+        for play in plays:
+            if play_name_part in play["name"]:
+                return next(t["ansible.builtin.copy"]["content"] for t in play["tasks"]
+                            if t.get("ansible.builtin.copy", {}).get("dest") == "/etc/systemd/system/deployer-shared-nosuid.service")
+        raise AssertionError(play_name_part)
+
+    site = yaml.safe_load((ROOT / "ansible/site.yml").read_text())
+    bake = yaml.safe_load((ROOT / "ansible/bake.yml").read_text())
+    assert unit(site, "Shared storage") == unit(bake, "remount unit")
+
+
+def test_baked_node_exporter_waits_for_its_roles_flags():
+    text = (ROOT / "ansible/roles/node_exporter/tasks/install.yml").read_text()
+    assert "ConditionPathExists=/etc/default/prometheus-node-exporter" in text
+    assert "path: /etc/default/prometheus-node-exporter\n    state: absent" in text
