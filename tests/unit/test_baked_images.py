@@ -377,3 +377,19 @@ def test_baked_node_exporter_waits_for_its_roles_flags():
     text = (ROOT / "ansible/roles/node_exporter/tasks/install.yml").read_text()
     assert "ConditionPathExists=/etc/default/prometheus-node-exporter" in text
     assert "path: /etc/default/prometheus-node-exporter\n    state: absent" in text
+
+
+def test_up_warns_when_the_image_is_older_than_the_roles(monkeypatch):
+    from deployer import lifecycle, ui
+    from deployer.providers.local import baked
+    from deployer.spec import ClusterSpec
+
+    said: list[str] = []
+    monkeypatch.setattr(ui, "warn", said.append)
+    monkeypatch.setattr(baked, "lookup", lambda name: manifest(name=name, roles_hash="0" * 16))
+    lifecycle.check_image(ClusterSpec(name="lab", image="baked-old"), None)
+    assert len(said) == 1 and "older than the roles" in said[0] and "image build" in said[0]
+    said.clear()
+    monkeypatch.setattr(baked, "lookup", lambda name: manifest(name=name))
+    lifecycle.check_image(ClusterSpec(name="lab", image="baked-new"), None)
+    assert said == []
