@@ -107,6 +107,11 @@ def up(
         typer.Option("--replace-failed", help="recreate the nodes the last `deployer check` failed (the master only with "
                                               "--replace master), then check again"),
     ] = False,
+    image: Annotated[
+        str | None,
+        typer.Option("--image", help="a baked image (`deployer image list`) the nodes boot from; new and replaced "
+                                     "nodes alike (spec: image:)"),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Provision and configure the cluster (idempotent: re-run to converge or resume); with
@@ -115,7 +120,8 @@ def up(
     from .spec import build_spec
     from .state import ClusterState
 
-    spec = build_spec(config, _recorded_spec(name, state_dir, config), nodes=nodes, provider=provider, name=name, ttl=ttl)
+    spec = build_spec(config, _recorded_spec(name, state_dir, config), nodes=nodes, provider=provider, name=name, ttl=ttl,
+                      image=image)
     state = ClusterState(state_dir, spec.name)
     lifecycle.confirm_destructive(spec, state, yes)
     if no_check and replace_failed:
@@ -601,6 +607,74 @@ def ledger(state_dir: StateOpt = DEFAULT_STATE, json_out: JsonOpt = False) -> No
         ui.info(f"no cluster in the ledger ({ledger_mod.path(state_dir)}); `deployer up` starts it")
     else:
         ledger_mod.show(use)
+
+
+image_app = typer.Typer(no_args_is_help=True, help="Baked images: the roles' installing part in an image, so `up` "
+                                                   "and every replaced node skip it (docs/openstack.md, \"Baked images\").")
+app.add_typer(image_app, name="image")
+ProviderOpt = Annotated[str | None, typer.Option("--provider", "-p", help="local (LXC on this machine) or openstack "
+                                                                          "(default: the spec's)")]
+
+
+def _provider(provider: str | None, config: Path | None) -> tuple[str, str | None]:
+    """The provider (--provider, else the spec's) and the spec's OpenStack cloud."""
+    from .spec import PROVIDERS, build_spec
+
+    spec = build_spec(config)
+    chosen = provider or spec.provider
+    if chosen not in PROVIDERS:
+        raise UsageError(f"--provider {chosen!r}: use one of {', '.join(PROVIDERS)}")
+    return chosen, spec.openstack.cloud
+
+
+@image_app.command("build")
+def image_build(
+    provider: ProviderOpt = None,
+    gpu: Annotated[bool, typer.Option("--gpu", help="also the NVIDIA driver (with its reboot) and DCGM, on a GPU flavor")] = False,
+    image_name: Annotated[str | None, typer.Option("--image-name", help="the new image's name (default: baked-cpu|gpu-<time>)")] = None,
+    no_setup: Annotated[bool, typer.Option("--no-setup", help="save the builder as it booted, nothing installed (a cloud "
+                                                              "whose servers do not boot, e.g. the test cloud)")] = False,
+    config: ConfigOpt = None,
+    state_dir: StateOpt = DEFAULT_STATE,
+    json_out: JsonOpt = False,
+) -> None:
+    """Bake an image: a builder node from the spec's base image, the roles' installing part, sealed, saved; the
+    builder is deleted whatever happens."""
+    from . import image_build as ib
+    from .spec import build_spec
+
+    spec = build_spec(config, provider=provider)
+    result = ib.build(spec, state_dir, gpu=gpu, name=image_name, setup=not no_setup)
+    if json_out:
+        ui.print_json(result)
+
+
+@image_app.command("list")
+def image_list(provider: ProviderOpt = None, config: ConfigOpt = None, json_out: JsonOpt = False) -> None:
+    """The baked images, what each holds, what stands on it, and whether the roles changed since."""
+    from . import image_build as ib
+
+    images = ib.listing(*_provider(provider, config))
+    if json_out:
+        ui.print_json({"images": images})
+        return
+    if not images:
+        ui.info("no baked image; `deployer image build` makes one")
+    for m in images:
+        stale = "" if m["current"] else "  (older than the roles: rebuild)"
+        used = f"  used by {', '.join(m['users'])}" if m["users"] else ""
+        ui.out.print(f"{m['name']:<28} {m['created_at']}  torch {m['torch']}, Open MPI {m['openmpi']}, Slurm {m['slurm']}, "
+                     f"driver {m['driver_version'] or 'none'}, roles {m['roles_hash']}{stale}{used}", highlight=False)
+
+
+@image_app.command("rm")
+def image_rm(name: Annotated[str, typer.Argument(help="the image (`deployer image list`)")], provider: ProviderOpt = None,
+             config: ConfigOpt = None) -> None:
+    """Remove a baked image; refused while a cluster's node stands on it."""
+    from . import image_build as ib
+
+    chosen, cloud = _provider(provider, config)
+    ib.remove(chosen, name, cloud)
 
 
 def _interrupted() -> None:

@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 
 from . import credentials, ledger, lifetime, ui
 from .cluster import Cluster
-from .errors import DeployerError, NoLongerExpired, OperationFailed, UsageError
+from .errors import DeployerError, NoLongerExpired, OperationFailed, PreflightError, UsageError
 from .origin import origin_of
 from .pipeline import boot, drift, inventory, placement, rekey, timings
 from .pipeline.readiness import wait_for_boot
@@ -208,8 +208,33 @@ def preflight(spec: ClusterSpec, state: ClusterState, replace: list[str], *, rep
             check_level = _deeper(check_level or "quick", last_level)
         terraform.preflight(spec.provider, spec.terraform.binary, spec.terraform.plugin_mirror)  # the binary, the mirror
         checked = provider.preflight(spec, state, replacing=replace_nodes)  # raises before anything exists
+        check_image(spec, checked)  # a baked image that does not fit the flavor: refused here too
         tf_env = provider.terraform_env(spec)  # the credentials Terraform will see: refuses what it cannot read
     return UpRun(spec, state, provider, checked, tf_env, replace_nodes, check_level, times=times)
+
+
+def check_image(spec: ClusterSpec, checked: object) -> None:
+    """The spec's baked image (`image:`) exists and fits the flavor (a GPU bake on a CPU
+    flavor, no driver where the flavor has GPUs), before anything is made; a bake older
+    than the roles is said (its nodes then install as without it, each saying why)."""
+    if not spec.image:
+        return
+    from . import image_manifest
+    from .providers import get_images
+
+    store = get_images(spec.provider, spec.openstack.cloud)
+    manifest = store.lookup(spec.image)
+    if manifest is None:
+        raise PreflightError(f"image {spec.image!r}: no such baked image for provider {spec.provider} "
+                             f"(`deployer image list`; `deployer image build` makes one)")
+    gpus, flavor = store.flavor_gpus(spec, checked)
+    unfit = image_manifest.flavor_unfit(manifest, gpus, flavor)
+    if unfit:
+        raise PreflightError(unfit)
+    current = image_manifest.roles_hash()
+    if manifest.roles_hash != current:
+        ui.warn(f"image {manifest.name} is older than the roles (baked by {manifest.roles_hash}, these are {current}): "
+                f"its nodes install as without it; `deployer image build` bakes a current one")
 
 
 def begin(run: UpRun, *, ttl_given: bool) -> None:

@@ -236,6 +236,11 @@ class ClusterSpec(_Strict):
     )
     health: HealthSpec = Field(default_factory=HealthSpec)
     ttl: str | None = Field(default=None, description="lifetime, e.g. 8h: `deployer gc` destroys the cluster after it; none: no expiry")
+    image: str | None = Field(
+        default=None, pattern=r"^[a-z0-9][a-z0-9.-]{0,62}$",
+        description="a baked image (`deployer image build`, `deployer image list`) every node boots from, new and "
+                    "replaced ones alike; default: the provider's base image (local: Debian, openstack: openstack.image)",
+    )
     local: LocalSpec = Field(default_factory=LocalSpec)
     openstack: OpenStackSpec = Field(default_factory=OpenStackSpec)
     terraform: TerraformSpec = Field(default_factory=TerraformSpec)
@@ -390,6 +395,7 @@ health:               # or `health: false`; docs/check.md, Health
   grace: 10m          # `deployer heal` replaces a node failing longer than this
   max_replacements_per_day: 2
 # ttl: 8h             # expiry (30m, 8h, 2d, 1w): `deployer gc --yes` destroys the cluster after it
+# image: baked-cpu-20261127-1000  # a baked image (`deployer image build`/`list`): the roles skip what it holds
 
 local:
   # subnet: 10.77.0.0/24  # private bridge; default: this, or the next free /24 after it on this machine

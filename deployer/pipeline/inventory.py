@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from ..image_manifest import roles_hash
 from ..paths import assets_root
 from ..providers import get_provider
 from ..slurm import topology_conf
@@ -84,6 +85,9 @@ def render(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> dict
         "deployer_health_interval_s": spec.health.interval_s,
         "deployer_secrets_dir": str(state.secrets_dir),
         "deployer_repo_dir": str(assets_root()),
+        # What a baked image's manifest must carry for its nodes to keep what it holds
+        # (deployer/image_manifest.py; ansible/group_vars/all.yml: deployer_image_unfit).
+        "deployer_roles_hash": roles_hash(),
         # The teardown_timer role runs everywhere (it removes a timer a cluster no longer
         # wants); what it installs, and for which servers, only the provider knows.
         **get_provider(cluster.provider).inventory_vars(spec, state, cluster),

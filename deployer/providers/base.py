@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ..image_manifest import Manifest
+
 if TYPE_CHECKING:
     from ..cluster import Cluster
     from ..spec import ClusterSpec
@@ -152,3 +154,32 @@ class Provider(Protocol):
     def manual_cleanup_hint(self, state: "ClusterState") -> str:
         """How to list (and remove) by hand what `down` could not verify is gone: this
         cluster's only (its id), never a same-named one's."""
+
+
+class ImageStore(Protocol):
+    """Where a provider keeps baked images (`deployer image build/list/rm`, `image:` in the
+    spec): local, versions beside the base image; OpenStack, Glance. A manifest
+    (image_manifest.Manifest) says what each holds."""
+
+    provider: str
+
+    def images(self) -> list[Manifest]:
+        """Every baked image this store holds, oldest first."""
+
+    def lookup(self, name: str) -> Manifest | None:
+        """The image's manifest; None: no such baked image."""
+
+    def users(self, name: str) -> list[str]:
+        """What stands on the image now (containers, servers): `image rm` refuses while any does."""
+
+    def remove(self, name: str) -> None: ...
+
+    def save(self, state: "ClusterState", cluster: "Cluster", name: str, manifest: Manifest) -> str:
+        """The builder (the cluster's one node) saved as the sealed image `name` carrying the
+        manifest; returns where it is. The builder itself is the caller's to delete."""
+
+    def flavor_gpus(self, spec: "ClusterSpec", checked: object) -> tuple[int, str]:
+        """What the preflight learnt of the nodes' size: (GPUs per node, the flavor's name)."""
+
+    def base(self, spec: "ClusterSpec") -> str:
+        """The image a bake starts from, for the manifest."""

@@ -55,8 +55,10 @@ def strategy_env() -> dict[str, str]:
 # os.environ into the play's environment and writes it to artifacts/<id>/command, in the
 # run's logs: an OS_PASSWORD from an openrc file, a token, would land on disk. Nothing in
 # the roles reads the controller's environment; ANSIBLE_* are Ansible's own settings and
-# DEPLOYER_* the deployer's (the warm-Jinja callback reads one).
-KEPT_ENVIRONMENT = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TZ", "TMPDIR"}
+# DEPLOYER_* the deployer's (the warm-Jinja callback reads one). PYTHONPATH: the filter
+# plugins import the deployer that runs them (a checkout run with PYTHONPATH=<checkout>
+# beside another one's editable install decides with its own code, not the other's).
+KEPT_ENVIRONMENT = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH"}
 
 
 def _kept(key: str) -> bool:

@@ -65,6 +65,8 @@ resource "terraform_data" "node" {
       # The node's cloud-init user-data (deployer/pipeline/boot.py), the same text OpenStack
       # hands to Nova; the driver seeds it into the container as NoCloud.
       user_data = "${var.boot_dir}/${each.key}.user-data"
+      # The baked image the node stands on (`deployer image build`); null: the base image.
+      image = var.image
     }
   }
 

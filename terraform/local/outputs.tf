@@ -14,7 +14,7 @@ output "cluster" {
     shared_storage = "host_bind"
     # What the nodes are, for the benchmark's reproducibility record.
     # ram_mb: each container's memory limit, which `deployer check` holds the nodes to.
-    machine = { image = "debian-bookworm (LXC, debootstrap)", flavor = "container: ${var.memory_mb} MiB", ram_mb = var.memory_mb }
+    machine = { image = var.image == null ? "debian-bookworm (LXC, debootstrap)" : "${var.image} (baked on debian-bookworm)", flavor = "container: ${var.memory_mb} MiB", ram_mb = var.memory_mb }
     # With at least one core per node, each node is pinned to cores of its own (the
     # deployer's CPU plan, deployer/providers/local/pinning.py); with fewer, they share them all.
     shared_cpus = var.host_cpus >= var.node_count ? null : var.host_cpus

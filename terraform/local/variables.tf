@@ -77,6 +77,18 @@ variable "memory_mb" {
   default     = 2048
 }
 
+variable "image" {
+  type        = string
+  description = "A baked image's name (`deployer image list`) the nodes stand on; null: the Debian base image."
+  default     = null
+  nullable    = true
+
+  validation {
+    condition     = var.image == null || can(regex("^[a-z0-9][a-z0-9.-]{0,62}$", var.image))
+    error_message = "image: a baked image's name, lower-case letters, digits, '.' and '-'."
+  }
+}
+
 variable "host_cpus" {
   type        = number
   description = "CPUs this machine gives the nodes: each node gets cores of its own when there are at least as many as nodes, else they share them (the benchmarks size their threads by it)."

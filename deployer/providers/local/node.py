@@ -190,6 +190,7 @@ class NodeUp:
     user_data: str  # the node's cloud-init user-data file
     cluster_id: str | None = None  # recorded beside the container; another cluster's is refused
     instance_id: str | None = None  # Terraform's id of the node, seeded as cloud-init's instance-id
+    image: str | None = None  # a baked image's name (baked.py); None: the base image
 
 
 def node_up(a: NodeUp) -> None:
@@ -205,7 +206,8 @@ def node_up(a: NodeUp) -> None:
         node_down(a.name, a.cluster_id)
     if node_state(a.name) == "ABSENT":
         # New, or left half-made by an interrupted run: (re)build it whole.
-        node_create(a.name, a.ip, a.gateway, a.bridge, a.shared, a.memory_mb, Path(a.user_data), a.instance_id, a.cluster_id)
+        node_create(a.name, a.ip, a.gateway, a.bridge, a.shared, a.memory_mb, Path(a.user_data), a.instance_id, a.cluster_id,
+                    image=a.image)
     _refuse_another_clusters(a.name, a.cluster_id, "starting")
     if node_state(a.name) != "RUNNING":
         # A stopped node keeps what cloud-init and Ansible made of it; only start it again.
@@ -225,8 +227,11 @@ def _left_by_a_failed_creation(a: NodeUp) -> bool:
 
 
 def node_create(name: str, ip: str, gateway: str, bridge: str, shared: str, memory_mb: int, user_data: Path,
-                iid: str | None = None, cluster_id: str | None = None) -> None:
-    """The node's container, made whole from the current image and its seed, not started."""
+                iid: str | None = None, cluster_id: str | None = None, image: str | None = None) -> None:
+    """The node's container, made whole from the current image (or the baked `image`) and
+    its seed, not started."""
+    from .baked import lower_for
+
     address = ipaddress.IPv4Interface(ip)
     if not user_data.is_file():
         raise DriverError(f"[lxc] {name}: no user-data at {user_data}; run `deployer up` (it renders it before Terraform)")
@@ -240,7 +245,7 @@ def node_create(name: str, ip: str, gateway: str, bridge: str, shared: str, memo
     # Shared: no new version is made, and none removed, until this node's config
     # names the one it stands on.
     with file_lock(image_lock(), shared=True):
-        lower = base_rootfs().resolve()
+        lower = lower_for(image) or base_rootfs().resolve()
         with _mounted(name, lower):
             _customise(LXC_PATH / name / "rootfs", pip)
             _seed(LXC_PATH / name / "rootfs", name, user_data, iid)

@@ -244,7 +244,8 @@ class LocalProvider:
             with ui.status(doing):
                 image.ensure_base_image()
         state.shared_host_dir.mkdir(parents=True, exist_ok=True)
-        self._link_training_env(spec, state)
+        if not spec.image:  # a baked image has its environment on its own disk; the role links to it
+            self._link_training_env(spec, state)
 
     def _link_training_env(self, spec: "ClusterSpec", state: "ClusterState") -> None:
         """The cluster's `<shared>/venv`, hard-linked from the one this machine prepared
@@ -307,7 +308,8 @@ class LocalProvider:
                 node.node_up(node.NodeUp(
                     name=n.name, ip=f"{n.private_ip}/{net.prefixlen}", gateway=str(gateway), bridge=bridge_name(spec.name),
                     shared=f"{v['shared_host_dir']}:{v['shared_dir']}", memory_mb=v["memory_mb"],
-                    user_data=str(state.boot_dir / f"{n.name}.user-data"), cluster_id=state.cluster_id, instance_id=n.id))
+                    user_data=str(state.boot_dir / f"{n.name}.user-data"), cluster_id=state.cluster_id, instance_id=n.id,
+                    image=spec.image))
         return fix
 
     def place(self, spec: "ClusterSpec", state: "ClusterState", cluster: Cluster) -> str | None:
@@ -336,6 +338,7 @@ class LocalProvider:
             "access": spec.local.access,
             "memory_mb": spec.local.memory_mb,
             "host_cpus": len(os.sched_getaffinity(0)),
+            "image": spec.image,
             # The driver runs with this interpreter and this package, wherever it is installed.
             "driver": [sys.executable, "-m", "deployer.providers.local.lxc"],
         }

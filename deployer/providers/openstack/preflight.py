@@ -31,10 +31,17 @@ from .quota import (
 from .session import client_config_env, cloud_errors, connect, quiet_sdk_logs
 
 if TYPE_CHECKING:
-    from ...spec import ClusterSpec
+    from ...spec import ClusterSpec, OpenStackSpec
 
 
 # ---- the cloud -----------------------------------------------------------------------------
+
+
+def with_baked_image(spec: ClusterSpec) -> OpenStackSpec:
+    """The openstack settings with the spec's baked image (`image:`, Glance) in place of
+    openstack.image: the nodes boot from it, and the preflight checks it as any image."""
+    o = spec.openstack
+    return o.model_copy(update={"image": spec.image}) if spec.image else o
 
 
 @dataclass(frozen=True)
@@ -171,7 +178,7 @@ def check(spec: ClusterSpec, *, cluster_exists: bool = False, cluster_id: str | 
 
 def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, cluster_id: str | None,
            replacing: Collection[str] = ()) -> PreflightResult:
-    o = spec.openstack
+    o = with_baked_image(spec)
     problems: list[str] = []
     warnings: list[str] = []
 

@@ -72,10 +72,10 @@ class OpenStackProvider:
         A None is left out, so Terraform takes the variable's default (null). `checked`: this
         run's preflight (a PreflightResult); None where no preflight ran (e.g. `down`).
         """
-        from .preflight import UUID, PreflightResult
+        from .preflight import UUID, PreflightResult, with_baked_image
 
         resolved = checked if isinstance(checked, PreflightResult) else None
-        o = spec.openstack
+        o = with_baked_image(spec)
         m = spec.monitoring
         expose = bool(m.enabled and m.expose)
 

@@ -1,0 +1,69 @@
+"""`image build --provider openstack` against the test cloud: a builder server from the
+spec's image, Nova's createImage (the fake virt driver snapshots: a real Glance image of
+a few bytes), waited for until active, its properties the manifest; the builder deleted;
+`up --no-setup --image` boots servers from it; `image rm` is refused with one line while
+they run, and removes it once the cluster is down.
+
+The test cloud's servers never boot, so the bake runs with --no-setup (nothing installed,
+nothing sealed: the manifest names nothing, and a node of it installs as from the base).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .test_module_apply import MIRROR, Verb, _mirror_problem, cluster_id, nothing_left, write_spec
+
+pytestmark = [
+    pytest.mark.cloud,
+    # Run once against the shared test cloud (2026-11-27): the builder was made, stopped and
+    # snapshotted, and its Glance image stayed `queued` for the 9 minutes the run was given.
+    # Nova's fake driver uploads nothing: its snapshot() only sets the task state
+    # (nova/virt/fake.py, FakeDriver.snapshot), so no image of it ever turns active. Until
+    # the test cloud's fake driver uploads a few bytes on snapshot (a plugin beside
+    # tests/cloud/plugins, which needs the cloud restarted), this test cannot pass.
+    pytest.mark.skip(reason="Nova's fake driver never uploads a snapshot: the image stays queued (see the comment)"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _needs_the_built_provider():
+    problem = _mirror_problem()
+    if problem:
+        pytest.skip(f"no usable terraform-provider-openstack in {MIRROR} ({problem}); `make provider` builds it")
+
+
+@pytest.fixture
+def deployer(own_project, test_cloud, tmp_path) -> Verb:
+    return Verb(tmp_path, test_cloud.ports)
+
+
+def test_a_bake_in_glance_with_its_manifest_and_a_cluster_from_it(own_project, deployer, tmp_path, cluster_name):
+    conn, c = own_project, cluster_name
+    write_spec(tmp_path / "cluster.yaml", c, nodes=2)
+    name = f"baked-{c}"
+    made = deployer.json("image", "build", "--provider", "openstack", "--no-setup", "--image-name", name, label="bake")
+    assert made["name"] == name
+    image = next(i for i in conn.image.images() if i.name == name)
+    assert image.status == "active"
+    props = image.properties or {}
+    assert props.get("deployer_roles_hash") == made["manifest"]["roles_hash"] and props.get("deployer_provider") == "openstack"
+    assert not [s for s in conn.compute.servers(details=True) if (s.name or "").startswith("bake-")]  # the builder is gone
+
+    listed = deployer.json("image", "list", "--provider", "openstack")
+    assert [i["name"] for i in listed["images"]] == [name]
+
+    deployer.json("up", "--no-setup", "--image", name, label="up from the bake")
+    servers = [s for s in conn.compute.servers(details=True) if (s.name or "").startswith(f"{c}-")]
+    assert len(servers) == 2 and {s.image["id"] for s in servers} == {image.id}
+
+    refused = deployer("image", "rm", name, "--provider", "openstack", ok=False)
+    assert refused.returncode == 2 and "in use by server" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+    cid = cluster_id(tmp_path, c)
+    deployer("down", "--yes", label="down")
+    nothing_left(conn, tmp_path, c, cid)
+    deployer("image", "rm", name, "--provider", "openstack", label="image rm")
+    assert not [i for i in conn.image.images() if i.name == name]
+    print(f"\nfigures (seconds, wall): { {k: round(v, 1) for k, v in deployer.seconds.items()} }")

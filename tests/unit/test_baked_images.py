@@ -1,0 +1,395 @@
+"""Baked images without machines: the manifest (format, Glance properties, the fit of a
+node and of a flavor), the roles' filters that read it, the local image's merge and seal,
+the spec's `image:`, and `image rm` refused while a container stands on the image."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from deployer import image_manifest
+from deployer.errors import PreflightError, UsageError
+from deployer.image_manifest import Manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def manifest(**kw: object) -> Manifest:
+    base: dict[str, object] = dict(name="baked-cpu-1", provider="local", gpu=False, roles_hash=image_manifest.roles_hash(),
+                                   deployer_version="0.1.0", created_at="2026-11-27T10:00:00+00:00", base="debian bookworm v1",
+                                   kernel="6.1.0", torch="torch==2.13.0", openmpi="4.1.4-3", slurm="22.05.8-4",
+                                   jupyterlab="jupyterlab==4.6.6")
+    base.update(kw)
+    return Manifest(**base)  # type: ignore[arg-type]
+
+
+def test_manifest_is_one_line_of_json_and_reads_back():
+    m = manifest()
+    text = m.to_json()
+    assert "\n" not in text  # the common role reads it on one line beside dpkg's list
+    assert image_manifest.parse(text) == m
+    assert image_manifest.parse("") is None and image_manifest.parse("{}") is None
+    with pytest.raises(ValueError, match="not JSON"):
+        image_manifest.parse("{oops")
+    with pytest.raises(ValueError, match="format"):
+        image_manifest.parse(json.dumps({**json.loads(text), "format": 99}))
+
+
+def test_manifest_as_glance_properties_round_trips():
+    m = manifest(provider="openstack", gpu=True, driver_branch=550, driver_version="550.127.05", cuda="12.6",
+                 torch="torch==2.7.1+cu126")
+    props = m.as_properties()
+    assert all(isinstance(v, str) and k.startswith("deployer_") for k, v in props.items())
+    assert props["deployer_driver_branch"] == "550" and props["deployer_gpu"] == "true"
+    # The cloud adds its own properties (os_hash_algo, ...): they are left alone.
+    assert Manifest.from_properties({**props, "os_distro": "debian", "hw_machine_type": "q35"}) == m
+    assert Manifest.from_properties({"os_distro": "debian"}) is None
+
+
+def test_roles_hash_follows_the_installing_roles_only():
+    h = image_manifest.roles_hash()
+    assert len(h) == 16 and h == image_manifest.roles_hash()
+    assert "ssh_mesh" not in image_manifest.INSTALLING_ROLES  # configuration-only roles never stale a bake
+
+
+def test_a_node_keeps_its_image_or_says_why_in_one_line():
+    current = image_manifest.roles_hash()
+    cpu = manifest()
+    assert image_manifest.unfit(None, roles=current, gpus=0, driver_branch=None) is None
+    assert image_manifest.unfit(cpu, roles=current, gpus=0, driver_branch=None) is None
+    older = image_manifest.unfit(manifest(roles_hash="0" * 16), roles=current, gpus=0, driver_branch=None)
+    assert older and "older roles" in older and "image build" in older and "\n" not in older
+    no_driver = image_manifest.unfit(cpu, roles=current, gpus=2, driver_branch=None)
+    assert no_driver and "no GPU driver" in no_driver
+    gpu = manifest(gpu=True, driver_branch=550, driver_version="550.127.05")
+    assert image_manifest.unfit(gpu, roles=current, gpus=1, driver_branch=550) is None
+    assert image_manifest.unfit(gpu, roles=current, gpus=1, driver_branch=None) is None
+    other = image_manifest.unfit(gpu, roles=current, gpus=1, driver_branch=580)
+    assert other and "branch 550" in other and "580" in other
+
+
+def test_torch_build_is_kept_only_when_it_is_the_choice():
+    m = manifest(torch="torch==2.13.0")
+    assert image_manifest.torch_unfit(m, "torch==2.13.0") is None
+    why = image_manifest.torch_unfit(m, "torch==2.7.1+cu118")
+    assert why and "torch==2.13.0" in why and "torch==2.7.1+cu118" in why
+
+
+def test_flavor_fit_names_a_gpu_bake_on_a_cpu_flavor_and_the_reverse():
+    gpu = manifest(gpu=True, driver_branch=550, driver_version="550.127.05")
+    assert image_manifest.flavor_unfit(gpu, 1, "g1.large") is None
+    assert "no GPU" in (image_manifest.flavor_unfit(gpu, 0, "m1.large") or "")
+    assert "--gpu" in (image_manifest.flavor_unfit(manifest(), 4, "g4.xlarge") or "")
+    assert image_manifest.flavor_unfit(manifest(), 0, "m1.large") is None
+
+
+def test_the_roles_filters_read_the_manifest_line(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "ansible/filter_plugins"))
+    sys.modules.pop("deployer_image", None)
+    import deployer_image  # type: ignore[import-not-found]
+
+    f = deployer_image.FilterModule().filters()
+    m = manifest()
+    data = f["deployer_image_manifest"](m.to_json())
+    assert data["torch"] == "torch==2.13.0"
+    assert f["deployer_image_manifest"]("") == {}
+    assert f["deployer_image_unfit"](data, image_manifest.roles_hash(), 0, None) == ""
+    assert f["deployer_image_unfit"]({}, image_manifest.roles_hash(), 0, None) == ""
+    assert "older roles" in f["deployer_image_unfit"](data, "f" * 16, "0", "None")
+    assert f["deployer_image_torch_unfit"](data, "torch==2.13.0") == ""
+
+
+def test_group_vars_split_the_manifest_from_the_package_list():
+    text = (ROOT / "ansible/group_vars/all.yml").read_text()
+    assert "reject('match', '@@')" in text and "@@image " in text
+    common = (ROOT / "ansible/roles/common/tasks/main.yml").read_text()
+    assert "@@image" in common and image_manifest.MANIFEST_PATH in common
+
+
+def test_spec_takes_a_baked_image_name():
+    from deployer.spec import build_spec
+
+    assert build_spec(None, image="baked-cpu-20261127-100000").image == "baked-cpu-20261127-100000"
+    with pytest.raises(UsageError):
+        build_spec(None, image="Not A Name!")
+
+
+def test_builder_spec_is_a_one_node_cluster_of_its_own():
+    from deployer.image_build import BUILDER_MEMORY_MB, builder_spec
+    from deployer.spec import ClusterSpec
+
+    spec = ClusterSpec.model_validate({"name": "lab", "nodes": 8, "image": "baked-x", "scheduler": "slurm",
+                                       "local": {"subnet": "10.90.0.0/24"}})
+    b = builder_spec(spec, gpu=False)
+    assert b.nodes == 1 and b.name.startswith("bake-") and b.image is None and b.ttl
+    assert "subnet" not in b.local.model_fields_set and b.local.memory_mb >= BUILDER_MEMORY_MB
+
+
+def _whiteout(path: Path) -> None:
+    os.mknod(path, stat.S_IFCHR | 0o000, os.makedev(0, 0))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="whiteouts (device nodes) and trusted.* xattrs need root")
+def test_merge_applies_the_upper_dir_as_overlayfs_does(tmp_path):
+    from deployer.providers.local import baked
+
+    lower, upper, dest = tmp_path / "lower", tmp_path / "upper", tmp_path / "dest"
+    (lower / "etc/ssh").mkdir(parents=True)
+    (lower / "etc/kept").write_text("lower")
+    (lower / "etc/changed").write_text("lower")
+    (lower / "etc/ssh/gone").write_text("lower")
+    (lower / "opaque").mkdir()
+    (lower / "opaque/hidden").write_text("lower")
+    (upper / "etc/ssh").mkdir(parents=True)
+    (upper / "etc/changed").write_text("upper")
+    _whiteout(upper / "etc/ssh/gone")
+    (upper / "opaque").mkdir()
+    os.setxattr(upper / "opaque", baked.OPAQUE, b"y")
+    (upper / "opaque/new").write_text("upper")
+    (upper / "opt/deployer/venv").mkdir(parents=True)
+    (upper / "opt/deployer/venv/python").write_text("py")
+    baked.merge(lower, upper, dest)
+    assert (dest / "etc/kept").read_text() == "lower" and (dest / "etc/changed").read_text() == "upper"
+    assert not (dest / "etc/ssh/gone").exists() and (dest / "etc/ssh").is_dir()
+    assert sorted(p.name for p in (dest / "opaque").iterdir()) == ["new"]
+    assert (dest / "opt/deployer/venv/python").read_text() == "py"
+    assert (lower / "etc/changed").read_text() == "lower"  # the base version is never written
+
+
+def test_seal_unlinks_and_never_writes_into_a_linked_file(tmp_path):
+    from deployer.providers.local import baked
+
+    base, root = tmp_path / "base", tmp_path / "root"
+    for rel, text in {"etc/machine-id": "abc\n", "etc/ssh/ssh_host_ed25519_key": "k", "var/log/syslog": "log",
+                      "var/lib/apt/lists/x_Packages": "p", "home/deployer/.ssh/authorized_keys": "k",
+                      "var/lib/cloud/instance/boot-finished": "", "etc/munge/munge.key": "m",
+                      "root/.config/pip/pip.conf": "secret", "etc/keep": "kept"}.items():
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        (base / rel).write_text(text)
+    os.system(f"cp -al {base} {root}")
+    baked.seal(root)
+    assert (root / "etc/machine-id").read_text() == ""
+    assert (base / "etc/machine-id").read_text() == "abc\n"  # a link into the base: unlinked, not truncated
+    for gone in ("etc/ssh/ssh_host_ed25519_key", "var/log/syslog", "var/lib/apt/lists/x_Packages", "home/deployer/.ssh",
+                 "var/lib/cloud", "etc/munge/munge.key", "root/.config/pip"):
+        assert not (root / gone).exists(), gone
+    assert (root / "etc/keep").read_text() == "kept" and (root / "var/log").is_dir()
+
+
+def _lxc_config(lxc: Path, node: str, lower: Path) -> None:
+    (lxc / node).mkdir(parents=True)
+    (lxc / node / "config").write_text(f"lxc.rootfs.path = overlay:{lower}:{lxc / node / 'upper'}\n")
+
+
+def test_image_rm_is_refused_while_a_container_stands_on_it(tmp_path, monkeypatch):
+    from deployer import image_build
+    from deployer.providers.local import baked
+
+    monkeypatch.setattr(baked, "BAKED_ROOT", tmp_path / "baked")
+    monkeypatch.setattr(baked, "LXC_PATH", tmp_path / "lxc")
+    m = manifest(name="baked-a")
+    target = baked.rootfs("baked-a") / image_manifest.MANIFEST_PATH.lstrip("/")
+    target.parent.mkdir(parents=True)
+    target.write_text(m.to_json())
+    _lxc_config(tmp_path / "lxc", "lab-master", baked.rootfs("baked-a"))
+    assert [i.name for i in baked.images()] == ["baked-a"]
+    with pytest.raises(UsageError, match="in use by container lab-master") as e:
+        image_build.remove("local", "baked-a")
+    assert "\n" not in str(e.value)
+    assert baked.rootfs("baked-a").exists()
+    (tmp_path / "lxc/lab-master/config").unlink()
+    image_build.remove("local", "baked-a")
+    assert not (tmp_path / "baked/baked-a").exists()
+    with pytest.raises(UsageError, match="no baked image"):
+        image_build.remove("local", "baked-a")
+
+
+def test_up_preflight_refuses_a_missing_or_unfit_image_before_anything_is_made(monkeypatch):
+    from deployer import lifecycle
+    from deployer.providers import local
+    from deployer.providers.local import baked
+    from deployer.spec import ClusterSpec
+
+    assert local is not None
+    lifecycle.check_image(ClusterSpec(name="lab"), None)  # no image: nothing to check
+    monkeypatch.setattr(baked, "lookup", lambda name: None)
+    with pytest.raises(PreflightError, match="no such baked image"):
+        lifecycle.check_image(ClusterSpec(name="lab", image="baked-x"), None)
+    monkeypatch.setattr(baked, "lookup", lambda name: manifest(name=name, gpu=True, driver_branch=550))
+    with pytest.raises(PreflightError, match="GPU bake"):
+        lifecycle.check_image(ClusterSpec(name="lab", image="baked-x"), None)
+
+
+def test_glance_store_reads_the_flavor_the_preflight_learnt():
+    from deployer.providers.openstack.images import GlanceImages
+    from deployer.providers.openstack.preflight import PreflightResult
+    from deployer.spec import ClusterSpec
+
+    fields = PreflightResult.__dataclass_fields__
+    assert "gpus_per_node" in fields and "flavor" in fields
+    assert GlanceImages().flavor_gpus(ClusterSpec(name="lab"), None) == (0, "m1.large")
+
+
+def test_a_baked_image_replaces_openstack_image_for_the_nodes():
+    from deployer.providers.openstack.preflight import with_baked_image
+    from deployer.spec import ClusterSpec
+
+    assert with_baked_image(ClusterSpec(name="lab")).image == "Ubuntu 22.04"
+    assert with_baked_image(ClusterSpec(name="lab", provider="openstack", image="baked-gpu-1")).image == "baked-gpu-1"
+
+
+def test_sealed_lists_read_as_stale_so_apt_fetches_them(tmp_path):
+    from deployer.providers.local import baked
+
+    (tmp_path / "var/lib/apt/lists").mkdir(parents=True)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "var/lib/apt/lists/deb.debian.org_Packages").write_text("p")
+    baked.seal(tmp_path)
+    lists = tmp_path / "var/lib/apt/lists"
+    assert [p.name for p in lists.iterdir()] == ["partial"] and lists.stat().st_mtime == 0
+
+
+class _Times:
+    def stage(self, name: str):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def write(self, run_dir: Path) -> dict[str, float]:
+        return {"total_s": 1.0}
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_the_builder_is_deleted_whatever_happens(tmp_path, monkeypatch, stop):
+    """A failed bake and a Ctrl-C (KeyboardInterrupt, what signals.py makes of SIGINT,
+    SIGTERM and SIGHUP) both end in `down` of the builder, and then go on as they were."""
+    from types import SimpleNamespace
+
+    from deployer import image_build, lifecycle
+    from deployer.providers.local import baked
+    from deployer.spec import ClusterSpec
+
+    monkeypatch.setattr(baked, "lookup", lambda name: None)
+    downs: list[str] = []
+    run = SimpleNamespace(times=_Times(), run_dir=tmp_path, checked=None)
+    monkeypatch.setattr(lifecycle, "preflight", lambda spec, state, replace, check_level=None: run)
+    monkeypatch.setattr(lifecycle, "begin", lambda run, ttl_given: None)
+    monkeypatch.setattr(lifecycle, "prepare", lambda run: None)
+    monkeypatch.setattr(lifecycle, "provision", lambda run: SimpleNamespace(names=("b-master",)))
+    monkeypatch.setattr(image_build.inventory, "write", lambda cluster, spec, state: tmp_path / "hosts.yml")
+    monkeypatch.setattr(lifecycle, "wait_for_nodes", lambda run, cluster, names: None)
+
+    def bake(run: object, inv: Path, gpu: bool) -> dict[str, str | None]:
+        raise stop("stopped in the bake")
+
+    monkeypatch.setattr(image_build, "bake", bake)
+    monkeypatch.setattr(lifecycle, "down", lambda state: downs.append(state.name) or True)
+    with pytest.raises(stop):
+        image_build.build(ClusterSpec(name="lab"), tmp_path, gpu=False)
+    assert len(downs) == 1 and downs[0].startswith("bake-")
+
+
+def test_a_gpu_bake_is_refused_locally_before_anything_is_made(tmp_path):
+    from deployer import image_build
+    from deployer.spec import ClusterSpec
+
+    with pytest.raises(UsageError, match="--gpu"):
+        image_build.build(ClusterSpec(name="lab"), tmp_path, gpu=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_glance_save_waits_for_active_and_carries_the_manifest():
+    """Against a stand-in for openstacksdk's proxies (the test cloud runs the real one)."""
+    from types import SimpleNamespace
+
+    from deployer.providers.openstack.images import GlanceImages
+
+    m = manifest(name="baked-gpu-1", provider="openstack")
+    calls: list[tuple[str, object]] = []
+    server = SimpleNamespace(id="s1", status="ACTIVE", name="bake-1-master", image={"id": "base"})
+    image = SimpleNamespace(id="i1", name="baked-gpu-1", status="active", properties={})
+
+    class Compute:
+        def get_server(self, sid):
+            return server
+
+        def stop_server(self, s):
+            calls.append(("stop", s.id))
+
+        def wait_for_server(self, s, status, wait):
+            calls.append(("wait", status))
+
+        def create_server_image(self, s, name, metadata, wait, timeout):
+            calls.append(("createImage", (name, metadata, wait)))
+            return image
+
+        def servers(self, details=True):
+            return [SimpleNamespace(name="lab-master", image={"id": "i1"}), server]
+
+    class Image:
+        def get_image(self, iid):
+            return image
+
+        def update_image(self, img, **props):
+            calls.append(("update", props))
+            img.properties.update(props)
+
+        def images(self):
+            return [image]
+
+        def delete_image(self, img):
+            calls.append(("delete", img.id))
+
+    store = GlanceImages()
+    store._conn = SimpleNamespace(compute=Compute(), image=Image())
+    cluster = SimpleNamespace(master=SimpleNamespace(id="s1"))
+    where = store.save(None, cluster, "baked-gpu-1", m)  # type: ignore[arg-type]
+    assert "i1" in where
+    assert [c[0] for c in calls] == ["stop", "wait", "createImage", "update"]
+    assert calls[2][1] == ("baked-gpu-1", m.as_properties(), True)
+    assert store.lookup("baked-gpu-1") == m
+    assert store.users("baked-gpu-1") == ["server lab-master"]
+
+
+def test_the_baked_remount_unit_is_the_one_site_yml_writes():
+    """The bake enables site.yml's unit in the image; the same text, so a node of the
+    image finds it unchanged (no rewrite, no daemon-reload) when the shared dir is the same."""
+    import yaml
+
+    def unit(plays: list[dict], play_name_part: str) -> str:
+        for play in plays:
+            if play_name_part in play["name"]:
+                return next(t["ansible.builtin.copy"]["content"] for t in play["tasks"]
+                            if t.get("ansible.builtin.copy", {}).get("dest") == "/etc/systemd/system/deployer-shared-nosuid.service")
+        raise AssertionError(play_name_part)
+
+    site = yaml.safe_load((ROOT / "ansible/site.yml").read_text())
+    bake = yaml.safe_load((ROOT / "ansible/bake.yml").read_text())
+    assert unit(site, "Shared storage") == unit(bake, "remount unit")
+
+
+def test_baked_node_exporter_waits_for_its_roles_flags():
+    text = (ROOT / "ansible/roles/node_exporter/tasks/install.yml").read_text()
+    assert "ConditionPathExists=/etc/default/prometheus-node-exporter" in text
+    assert "path: /etc/default/prometheus-node-exporter\n    state: absent" in text
+
+
+def test_up_warns_when_the_image_is_older_than_the_roles(monkeypatch):
+    from deployer import lifecycle, ui
+    from deployer.providers.local import baked
+    from deployer.spec import ClusterSpec
+
+    said: list[str] = []
+    monkeypatch.setattr(ui, "warn", said.append)
+    monkeypatch.setattr(baked, "lookup", lambda name: manifest(name=name, roles_hash="0" * 16))
+    lifecycle.check_image(ClusterSpec(name="lab", image="baked-old"), None)
+    assert len(said) == 1 and "older than the roles" in said[0] and "image build" in said[0]
+    said.clear()
+    monkeypatch.setattr(baked, "lookup", lambda name: manifest(name=name))
+    lifecycle.check_image(ClusterSpec(name="lab", image="baked-new"), None)
+    assert said == []
