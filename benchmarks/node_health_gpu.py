@@ -64,7 +64,9 @@ def xid_findings(kernel_log: str) -> dict[str, Any]:
 def smi_sections(smi_q: str) -> list[tuple[str, dict[str, Any]]]:
     """`nvidia-smi -q` as (bus id, tree) per GPU: "Key : value" lines are leaves, a line
     without a value opens a section holding the lines indented under it (the reading
-    deployer/gpu_facts.py smi_gpus makes on the controller; this one runs on the node)."""
+    deployer/gpu_facts.py smi_gpus makes on the controller; this one runs on the node, where
+    the deployer package is not installed. tests/unit/test_health_node.py holds them equal on
+    every recorded report)."""
     gpus: list[tuple[str, dict[str, Any]]] = []
     stack: list[tuple[int, dict[str, Any]]] = []
     for raw in smi_q.splitlines():

@@ -196,3 +196,17 @@ def test_a_gpu_nodes_run_reads_each_tool_once(monkeypatch):
     assert got["dcgm_health"]["status"] == "skip"
     assert ["journalctl", "-k", "-q", "--no-pager", "-o", "short-iso", "--since", "@1795000000"] in calls
     assert ["dcgmi", "health", "-s", "a"] in calls  # the watches on, for the next run
+
+
+# The node's reading of `nvidia-smi -q` is a copy of deployer/gpu_facts.py's: the health
+# program runs on nodes with the standard library alone, where the deployer package is not
+# installed (a wheel ships only benchmarks/ to the roles). This holds the two together.
+@pytest.mark.parametrize("fixture", sorted(p.name for p in GPU.glob("nvidia-smi-q*.txt")) +
+                         sorted(f"../{p.name}" for p in GPU.parent.glob("nvidia-smi-q*.txt")))
+def test_the_node_reads_nvidia_smi_as_the_controller_does(fixture):
+    import node_health_gpu  # on sys.path beside node_health (_health above)
+
+    from deployer.gpu_facts import smi_gpus
+
+    text = (GPU / fixture).read_text()
+    assert node_health_gpu.smi_sections(text) == smi_gpus(text)
