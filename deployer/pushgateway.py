@@ -49,10 +49,10 @@ def push(gateway_url: str, job: str, registry: CollectorRegistry, grouping_key: 
         raise OperationFailed(f"could not push {what} to the Pushgateway at {gateway_url}: {reason}") from None
 
 
-def push_to_master(state: ClusterState, cluster: Cluster, job: str, registry: CollectorRegistry,
-                   grouping_key: dict[str, str], what: str) -> None:
-    """push() to the cluster's own Pushgateway, through an SSH tunnel to the master, with the
-    cluster's login. OperationFailed (or OSError) when the tunnel or the push fails."""
+def push_to_master(state: ClusterState, cluster: Cluster, send: Callable[[str, Login | None], None]) -> None:
+    """`send(url, login)` (a push: bench/metrics.py's, check/metrics.py's) to the cluster's own
+    Pushgateway, through an SSH tunnel to the master, with the cluster's login.
+    OperationFailed (or OSError) when the tunnel or the push fails."""
     master = cluster.master
     with open_tunnel(ssh_argv(state, master), master.private_ip, PORT) as port:
-        push(url("127.0.0.1", port), job, registry, grouping_key, what, login=pushgateway_login(state.secrets_dir))
+        send(url("127.0.0.1", port), pushgateway_login(state.secrets_dir))

@@ -206,11 +206,6 @@ def bench_registry(result: Mapping[str, Any], *, now: float | None = None) -> Co
     return reg
 
 
-def grouping_key(result: Mapping[str, Any]) -> dict[str, str]:
-    """Every run its own Pushgateway group: re-pushing a run replaces only that run."""
-    return {"run_id": str(result["run_id"])}
-
-
 def push_bench_results(gateway_url: str, result: dict[str, Any], *, login: Login | None = None, timeout: float = 10.0) -> None:
     """Push one run's results to the Pushgateway at `gateway_url` ("http://10.77.0.10:9091"),
     with `login` (basic auth) when given.
@@ -219,5 +214,5 @@ def push_bench_results(gateway_url: str, result: dict[str, Any], *, login: Login
     Raises OperationFailed (one line, no traceback) when the Pushgateway cannot be
     reached or refuses the push; ValueError when `result` has no run_id.
     """
-    pushgateway.push(gateway_url, JOB, bench_registry(result), grouping_key(result), "benchmark results",
+    pushgateway.push(gateway_url, JOB, bench_registry(result), {"run_id": str(result["run_id"])}, "benchmark results",
          login=login, timeout=timeout)

@@ -299,8 +299,7 @@ def push_results(state: ClusterState, cluster: Cluster, report: dict[str, Any]) 
     from . import metrics
 
     try:
-        push_to_master(state, cluster, metrics.JOB, metrics.bench_registry(report), metrics.grouping_key(report),
-                       "benchmark results")
+        push_to_master(state, cluster, lambda url, login: metrics.push_bench_results(url, report, login=login))
     except (OperationFailed, OSError) as e:
         ui.warn(f"results not pushed to the Pushgateway ({e}); they are saved in the state dir")
         return False

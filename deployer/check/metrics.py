@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 JOB = "deployer_check"
 PREFIX = "deployer_check_"
 VALUE = {"pass": 0, "warn": 1, "fail": 2}
-WHAT = "the check's report"
 
 
 def registry(report: CheckReport) -> CollectorRegistry:
@@ -67,14 +66,14 @@ def registry(report: CheckReport) -> CollectorRegistry:
 
 
 def push_report(gateway_url: str, report: CheckReport, *, login: Login | None = None) -> None:
-    pushgateway.push(gateway_url, JOB, registry(report), {"cluster": report.cluster}, WHAT, login=login)
+    pushgateway.push(gateway_url, JOB, registry(report), {"cluster": report.cluster}, "the check's report", login=login)
 
 
 def publish(state: ClusterState, cluster: Cluster, report: CheckReport) -> bool:
     """The report -> the Pushgateway on the master, through an SSH tunnel. A failure is a
     warning: the report is in the state dir."""
     try:
-        pushgateway.push_to_master(state, cluster, JOB, registry(report), {"cluster": report.cluster}, WHAT)
+        pushgateway.push_to_master(state, cluster, lambda url, login: push_report(url, report, login=login))
     except (OperationFailed, OSError) as e:
         ui.warn(f"check not pushed to the Pushgateway ({e}); it is in {state.dir / 'check.json'}")
         return False
