@@ -1,6 +1,7 @@
 """`image build --provider openstack` against the test cloud: a builder server from the
-spec's image, Nova's createImage (the fake virt driver snapshots: a real Glance image of
-a few bytes), waited for until active, its properties the manifest; the builder deleted;
+spec's image, Nova's createImage (the test cloud's virt driver uploads a few bytes through
+Nova's own Glance client, as the libvirt driver uploads a disk: plugins/.../virt.py),
+waited for until active, its properties the manifest; the builder deleted;
 `up --no-setup --image` boots servers from it; `image rm` is refused with one line while
 they run, and removes it once the cluster is down.
 
@@ -14,16 +15,7 @@ import pytest
 
 from .test_module_apply import MIRROR, Verb, _mirror_problem, cluster_id, nothing_left, write_spec
 
-pytestmark = [
-    pytest.mark.cloud,
-    # Run once against the shared test cloud (2026-11-27): the builder was made, stopped and
-    # snapshotted, and its Glance image stayed `queued` for the 9 minutes the run was given.
-    # Nova's fake driver uploads nothing: its snapshot() only sets the task state
-    # (nova/virt/fake.py, FakeDriver.snapshot), so no image of it ever turns active. Until
-    # the test cloud's fake driver uploads a few bytes on snapshot (a plugin beside
-    # tests/cloud/plugins, which needs the cloud restarted), this test cannot pass.
-    pytest.mark.skip(reason="Nova's fake driver never uploads a snapshot: the image stays queued (see the comment)"),
-]
+pytestmark = pytest.mark.cloud
 
 
 @pytest.fixture(autouse=True)

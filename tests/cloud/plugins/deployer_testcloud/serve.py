@@ -33,6 +33,38 @@ CONFIG_ENV = {
 CONFIG_DIR_ENV = {"placement": "OS_PLACEMENT_CONFIG_DIR", "glance-api": "OS_GLANCE_CONFIG_DIR"}
 
 
+class _InputLeftOpen:
+    """wsgi.input whose close() leaves the connection alone.
+
+    cheroot's request readers close the connection's own reader on close() (server.py,
+    KnownLengthRFile and ChunkedRFile), so an application that closes wsgi.input after an
+    upload (Glance's image data path does) leaves the keep-alive connection unreadable:
+    cheroot answers the client's *next* request on it with a 500. Nova's snapshot is an
+    upload then a GET on one connection, and got that 500. uWSGI and mod_wsgi, where these
+    applications run in production, do not close the connection for the application.
+    """
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def __iter__(self):
+        return iter(self._stream)
+
+    def close(self):
+        pass
+
+
+def input_left_open(app):
+    def wrapped(environ, start_response):
+        environ["wsgi.input"] = _InputLeftOpen(environ["wsgi.input"])
+        return app(environ, start_response)
+
+    return wrapped
+
+
 def main() -> None:
     service, port, prefix, *configs = sys.argv[1:]
     if service in CONFIG_ENV:
@@ -47,6 +79,7 @@ def main() -> None:
 
     from cheroot import wsgi
 
+    app = input_left_open(app)
     if prefix:
         app = wsgi.PathInfoDispatcher({prefix: app})
     server = wsgi.Server(("127.0.0.1", int(port)), app, numthreads=8, server_name=service)
