@@ -324,7 +324,8 @@ def spread_out(run: UpRun, eng: terraform.Engine, cluster: Cluster, before: set[
     (minutes per GPU server, with its volume); this costs a server only where the race was
     lost, on nodes with nothing on them yet (before boot, Ansible and the check).
 
-    Never a node that ran before this run (it may hold work); at most n-1 moves; the moves
+    Only a node that shares its host with another of this run's burst (the race; never a
+    node that ran before this run, which may hold work); at most n-1 moves; the moves
     stop at the first that came no closer to even (Nova had no better host: the end-of-up
     warning then names that cause). Each move is one line, and in `up --json`
     (replaced_for_placement)."""
@@ -332,10 +333,10 @@ def spread_out(run: UpRun, eng: terraform.Engine, cluster: Cluster, before: set[
     if not placement.evens_out(spec):
         return cluster
     hosts = getattr(run.checked, "hosts", None)  # hypervisors up and enabled; None: this user may not count them
-    movable = set(cluster.names) - before
+    raced = set(cluster.names) - before  # made at once by this run; a node made anew leaves it
     for _ in range(len(cluster.nodes) - 1):
         where = {n.name: n.host for n in cluster.nodes}
-        node = placement.crowded_node(where, movable, cluster.master.name, hosts)
+        node = placement.crowded_node(where, raced, cluster.master.name, hosts)
         if node is None:
             break
         eng.apply(lambda ev: None, replace=[provider.node_resource(node)])  # its lines go to terraform.jsonl
@@ -343,6 +344,7 @@ def spread_out(run: UpRun, eng: terraform.Engine, cluster: Cluster, before: set[
         run.state.write_cluster(cluster)
         now = next(n.host for n in cluster.nodes if n.name == node)
         run.moved.append({"node": node, "from": where[node] or "", "to": now or ""})
+        raced.discard(node)
         ui.info(f"  {placement.move_line(where, node, now)}")
         closer = placement.moved_closer(where, node, now)
         if not closer:

@@ -62,15 +62,18 @@ def spread_is_even(where: Mapping[str, str | None], hosts: int | None) -> bool:
     return len(load) >= wanted and max(load.values()) - min(load.values()) <= 1
 
 
-def crowded_node(where: Mapping[str, str | None], movable: Collection[str], master: str,
+def crowded_node(where: Mapping[str, str | None], raced: Collection[str], master: str,
                  hosts: int | None) -> str | None:
     """The node to make anew so that a soft spread comes closer to even, or None (even
-    already, a host not known, or no node on a crowded host may be moved).
+    already, a host not known, or no node on a crowded host lost the race).
 
-    `where`: node -> host, in the nodes' order; `movable`: the nodes this run made (a node
-    made before may hold work, and is never moved). The node comes from the most loaded
-    host that has one to move; a worker before the master (whose shared volume would be
-    detached and attached again), the last made first."""
+    `where`: node -> host, in the nodes' order; `raced`: the nodes this run made at once
+    and has not made anew since. Only such a node that shares its host with another of
+    them may move: two weighed without knowing of each other is the race; a node that
+    ran before may hold work, and one made alone (a scale-out by one, a move) was weighed
+    against all the others already. It comes from the most loaded host; a worker before
+    the master (whose shared volume would be detached and attached again), the last made
+    first."""
     if any(h is None for h in where.values()) or spread_is_even(where, hosts):
         return None
     load = loads(where)
@@ -79,12 +82,13 @@ def crowded_node(where: Mapping[str, str | None], movable: Collection[str], mast
     short_of_hosts = len(load) < wanted
     order = list(where)
 
-    def may_go(host: str) -> bool:
+    def may_go(node: str, host: str) -> bool:
         # A lone node cannot be spread further; with every host in use, only a host two
         # over another gains from a move.
-        return load[host] >= 2 and (short_of_hosts or load[host] >= fewest + 2)
+        crowded = load[host] >= 2 and (short_of_hosts or load[host] >= fewest + 2)
+        return crowded and any(other != node and where[other] == host for other in raced)
 
-    candidates = [node for node, host in where.items() if node in movable and host is not None and may_go(host)]
+    candidates = [node for node, host in where.items() if node in raced and host is not None and may_go(node, host)]
     candidates.sort(key=lambda node: (-load[where[node] or ""], node == master, -order.index(node)))
     return candidates[0] if candidates else None
 

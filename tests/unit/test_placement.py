@@ -231,10 +231,13 @@ def test_a_fresh_spread_on_one_host_moves_a_worker_the_last_made_first():
     assert placement.crowded_node(_where(H1, H2, H3), set(where), "lab-master", None) is None
 
 
-def test_the_master_moves_only_when_no_worker_of_its_host_may():
+def test_only_nodes_of_the_burst_that_share_a_host_move_and_the_master_last():
     where = _where(H1, H1, H2)
     assert placement.crowded_node(where, {"lab-master", "lab-worker-1"}, "lab-master", None) == "lab-worker-1"
-    assert placement.crowded_node(where, {"lab-master"}, "lab-master", None) == "lab-master"
+    # The master shares its host with a node made before, or made anew alone: no race, no move.
+    assert placement.crowded_node(where, {"lab-master"}, "lab-master", None) is None
+    # A scale-out by one: the new node was weighed against all the others, wherever it went.
+    assert placement.crowded_node(_where(H1, H2, H1), {"lab-worker-2"}, "lab-master", None) is None
 
 
 def test_a_node_that_ran_before_this_run_is_never_moved():
@@ -245,6 +248,8 @@ def test_a_node_that_ran_before_this_run_is_never_moved():
     # The two added at once on one host: one of them moves, from the most loaded host it is on.
     where = _where(H1, H2, H3, H2, H2)
     assert placement.crowded_node(where, {"lab-worker-3", "lab-worker-4"}, "lab-master", None) == "lab-worker-4"
+    # The two on two hosts (2 + 2 + 1): neither raced the other onto a host, nothing to try.
+    assert placement.crowded_node(_where(H1, H2, H3, H1, H2), {"lab-worker-3", "lab-worker-4"}, "lab-master", None) is None
 
 
 def test_five_on_three_hosts_is_even_at_2_2_1_when_the_hosts_are_counted():
@@ -345,7 +350,7 @@ def test_spread_out_of_five_stops_at_2_2_1_after_one_move_that_found_no_other_ho
     # where it finds one of the others: no fourth host, so the moves stop.
     placed, moved, _ = _spread_out(tmp_path, _where(H1, H1, H1, H1, H2), _Nova([H1, H2, H3]))
     assert sorted(Counter(placed.values()).values()) == [1, 2, 2]
-    assert [m["node"] for m in moved] == ["lab-worker-3", "lab-worker-2", "lab-worker-4"], moved
+    assert [m["node"] for m in moved] == ["lab-worker-3", "lab-worker-2", "lab-worker-1"], moved
     assert moved[-1]["to"] in (H1, H2, H3), "the last found only a host with one of the others"
     # With the hosts counted (an admin), no move beyond 2 + 2 + 1.
     placed, moved, _ = _spread_out(tmp_path / "admin", _where(H1, H1, H1, H1, H2), _Nova([H1, H2, H3]), hosts=3)
@@ -366,3 +371,13 @@ def test_spread_out_touches_nothing_that_ran_before_nor_other_policies(tmp_path)
         _, moved, applied = _spread_out(tmp_path / str(i), _where(H1, H1, H1), _Nova([H1, H2, H3]),
                                         placement_=policy, hard=hard)
         assert moved == [] and applied == []
+
+
+def test_spread_out_of_a_scale_out_moves_one_of_the_two_that_raced_and_stops(tmp_path):
+    # 1 + 1 + 1 grown by two made at once, both onto the master's host (3 + 1 + 1): the
+    # last made goes to a host with one, and 2 + 2 + 1 tries nothing more (no two of the
+    # burst share a host now).
+    placed, moved, applied = _spread_out(tmp_path, _where(H1, H2, H3, H1, H1), _Nova([H1, H2, H3]),
+                                         before=["lab-master", "lab-worker-1", "lab-worker-2"])
+    assert sorted(Counter(placed.values()).values()) == [1, 2, 2] and len(applied) == 1
+    assert moved == [{"node": "lab-worker-4", "from": H1, "to": H2}]
