@@ -381,3 +381,16 @@ def test_spread_out_of_a_scale_out_moves_one_of_the_two_that_raced_and_stops(tmp
                                          before=["lab-master", "lab-worker-1", "lab-worker-2"])
     assert sorted(Counter(placed.values()).values()) == [1, 2, 2] and len(applied) == 1
     assert moved == [{"node": "lab-worker-4", "from": H1, "to": H2}]
+
+
+def test_bench_counts_the_hosts_of_the_nodes_a_run_ran_on_slurms_choice_included():
+    from deployer.bench.sweep import spanned
+
+    c = _cluster()  # master H1, worker-1 H2, worker-2 H3, worker-3 H1, worker-4 H2; the hostfile: H1's, H2's, H3
+    assert [n.name for n in c.by_host[:2]] == ["lab-master", "lab-worker-3"] and c.hosts_of(2) == 1
+    # Slurm gave the 2-node job worker-1 and worker-2: two hosts, not the hostfile's first two (one).
+    assert spanned(c, 2, {"versions": {"hosts": ["lab-worker-1", "lab-worker-2"]}}) == 2
+    assert spanned(c, 2, {"versions": {"hosts": ["lab-master", "lab-worker-3"]}}) == 1
+    # A run that names no node of the record (or none at all): the hostfile's first n.
+    assert spanned(c, 2, {"versions": {"hosts": ["elsewhere"]}}) == 1 and spanned(c, 3, {}) == 2
+    assert spanned(_cluster({n: None for n in PLACED}), 2, {"versions": {"hosts": ["lab-worker-1"]}}) is None
