@@ -131,6 +131,7 @@ class UpResult(TypedDict, total=False):
     run_dir: str
     started: list[str]  # nodes found stopped and started again
     recreated: list[str]  # nodes Terraform made anew (--replace, --replace-failed, found missing)
+    replaced_for_placement: list[dict[str, str]]  # soft spread evened out: {node, from, to} (hosts), in order
     configured: dict[str, str]  # node -> why Ansible configured it
     setup: bool  # False: --no-setup
     to_configure: dict[str, str]  # --no-setup: what the next plain `up` configures, and why
@@ -159,6 +160,7 @@ class UpRun:
     lost: list[str] = dataclasses.field(default_factory=list)  # found missing: Terraform makes them anew
     tf_changed: int = 0
     exposed: str | None = None  # how the services are reached from outside, said at the end
+    moved: list[dict[str, str]] = dataclasses.field(default_factory=list)  # spread_out's moves
 
     @property
     def recreated(self) -> list[str]:
@@ -264,6 +266,7 @@ def provision(run: UpRun) -> Cluster:
     """Terraform apply; then the cluster output recorded with everything that reaches it:
     node-hours, the provider's placement, pinned known_hosts and ssh_config, the logins."""
     spec, state, provider = run.spec, run.state, run.provider
+    recorded = state.cluster()
     with run.times.stage("apply"):
         eng = _terraform(spec, state, run.run_dir, run.tf_env)
         eng.write_vars(provider.tfvars(spec, state, run.checked))
@@ -282,6 +285,7 @@ def provision(run: UpRun) -> Cluster:
         # Where each node landed (the provider's observation: Terraform reads no hostId).
         cluster = placement.locate(provider, state, run.tf_env, Cluster.parse(eng.output()["cluster"]))
         state.write_cluster(cluster)
+        cluster = spread_out(run, eng, cluster, _made_before(run, recorded))
         ledger.note(state, cluster)  # node-hours from now on (created, scaled)
         placed = provider.place(spec, state, cluster)
         if placed:
@@ -295,6 +299,56 @@ def provision(run: UpRun) -> Cluster:
     placed_on = placement.describe(cluster)
     if placed_on:
         ui.info(f"  {placed_on}")
+    return cluster
+
+
+def _made_before(run: UpRun, recorded: Cluster | None) -> set[str]:
+    """The nodes that ran before this run, which may hold work: the record's and those the
+    provider's preflight found in the cloud (a record lost or never written), less those
+    this run makes anew (--replace, found missing)."""
+    before = set(recorded.names if recorded else ()) | set(getattr(run.checked, "existing_nodes", None) or ())
+    return before - set(run.recreated)
+
+
+def spread_out(run: UpRun, eng: terraform.Engine, cluster: Cluster, before: set[str]) -> Cluster:
+    """A soft spread (openstack.placement: spread, not placement_hard) whose new nodes
+    crowd onto fewer hosts than they could have: each crowded node this run made is made
+    anew (`terraform apply -replace`, as `up --replace` does), one at a time, and where it
+    landed read back before the next.
+
+    Why: Terraform creates the servers at once, and Nova weighs each before the others
+    have a host (pipeline/placement.py: the weigher counts only the members the scheduler
+    knows to run on a host), so a fresh cluster may land 3 nodes on 1 of 3 hosts. A server
+    made once the others run is weighed against all of them. The alternative, making the
+    servers one after another (-parallelism=1), waits for each to be ACTIVE on every run
+    (minutes per GPU server, with its volume); this costs a server only where the race was
+    lost, on nodes with nothing on them yet (before boot, Ansible and the check).
+
+    Only a node that shares its host with another of this run's burst (the race; never a
+    node that ran before this run, which may hold work); at most n-1 moves; the moves
+    stop at the first that came no closer to even (Nova had no better host: the end-of-up
+    warning then names that cause). Each move is one line, and in `up --json`
+    (replaced_for_placement)."""
+    spec, provider = run.spec, run.provider
+    if not placement.evens_out(spec):
+        return cluster
+    hosts = getattr(run.checked, "hosts", None)  # hypervisors up and enabled; None: this user may not count them
+    raced = set(cluster.names) - before  # made at once by this run; a node made anew leaves it
+    for _ in range(len(cluster.nodes) - 1):
+        where = {n.name: n.host for n in cluster.nodes}
+        node = placement.crowded_node(where, raced, cluster.master.name, hosts)
+        if node is None:
+            break
+        eng.apply(lambda ev: None, replace=[provider.node_resource(node)])  # its lines go to terraform.jsonl
+        cluster = placement.locate(provider, run.state, run.tf_env, Cluster.parse(eng.output()["cluster"]))
+        run.state.write_cluster(cluster)
+        now = next(n.host for n in cluster.nodes if n.name == node)
+        run.moved.append({"node": node, "from": where[node] or "", "to": now or ""})
+        raced.discard(node)
+        ui.info(f"  {placement.move_line(where, node, now)}")
+        closer = placement.moved_closer(where, node, now)
+        if not closer:
+            break
     return cluster
 
 
@@ -368,7 +422,8 @@ def finish(run: UpRun, cluster: Cluster, plan: drift.ConfigurePlan, ansible_chan
     ui.info(timings.summary("up", len(cluster.nodes), took))
     _warn_if_packed(run.spec, cluster)  # last, where it is read
     return {"name": run.spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run.run_dir),
-            "started": run.started, "recreated": run.recreated, "configured": plan.why, "setup": True, "timings": took}
+            "started": run.started, "recreated": run.recreated, "replaced_for_placement": run.moved,
+            "configured": plan.why, "setup": True, "timings": took}
 
 
 def _provisioned_only(run: UpRun, cluster: Cluster, inv: Path) -> UpResult:
@@ -386,7 +441,8 @@ def _provisioned_only(run: UpRun, cluster: Cluster, inv: Path) -> UpResult:
     ui.info(timings.summary("up", len(cluster.nodes), took))
     _warn_if_packed(run.spec, cluster)
     return {"name": run.spec.name, "converged": converged, "seconds": took["total_s"], "run_dir": str(run.run_dir),
-            "started": run.started, "recreated": run.recreated, "configured": {}, "setup": False,
+            "started": run.started, "recreated": run.recreated, "replaced_for_placement": run.moved,
+            "configured": {}, "setup": False,
             "to_configure": plan.why, "timings": took}
 
 

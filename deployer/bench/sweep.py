@@ -267,8 +267,21 @@ def run_bench(runner: Runner, cluster: Cluster, opts: BenchOptions, run_id: str,
                                 allreduce=allreduce[0][1].get("versions", {}) if allreduce else None)
     report = bench_report.aggregate(run_id, resnet, allreduce, link, versions, mode=opts.mode,
                                     link_bidir_gbit_s=bidir, network=network,
-                                    hosts={n: cluster.hosts_of(n) for n in opts.nodes})
+                                    hosts={n: cluster.hosts_of(n) for n in opts.nodes} | {n: spanned(cluster, n, run) for n, run in resnet})
     return session.publish(report, nccl_copy, timeline)
+
+
+def spanned(cluster: Cluster, n: int, run: dict[str, Any]) -> int | None:
+    """How many hosts the run on `n` nodes spanned: the cluster record's host of each node
+    its ranks ran on (their hostnames, which are the node names: boot.py sets them). Under
+    Slurm (--via slurm) those are the nodes the job was given, not the hostfile's first n;
+    where the run names no node of the record, the hostfile's first n (mpirun's nodes)."""
+    names = (run.get("versions") or {}).get("hosts") or []
+    host_of = {node.name: node.host for node in cluster.nodes}
+    if not names or any(name not in host_of for name in names):
+        return cluster.hosts_of(n)
+    hosts = {host_of[name] for name in names}
+    return None if None in hosts else len(hosts)
 
 
 Sweep = Callable[[Runner, "Cluster", Any, str, Path], dict[str, Any]]

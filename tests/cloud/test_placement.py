@@ -35,23 +35,28 @@ def group_of(conn: Any, name: str, cid: str) -> Any:
     return group
 
 
-def test_spread_is_read_back_and_each_node_added_goes_where_the_fewest_are(own_project, deployer, tmp_path, cluster_name):
-    """soft-anti-affinity, the default. Servers Terraform creates at once are weighed by
-    Nova before any of them has a host (docs/openstack.md, "Placement": here 3 at once
-    landed 3 on 1, and 2 + 1), so where they land is read back, not assumed, and a cluster
-    on one host is the warning; a node added to a running cluster is weighed against where
-    the others are, and goes to a host with the fewest of them."""
+def test_spread_puts_3_nodes_on_3_hosts_and_5_on_3_as_2_2_1(own_project, deployer, tmp_path, cluster_name):
+    """soft-anti-affinity, the default. Terraform creates the servers at once and Nova
+    weighs each before the others have a host (here: 3 on 1 host, or 2 + 1), so `up`
+    makes the crowded ones it made anew, one at a time (lifecycle.spread_out): 3 nodes end
+    on the 3 hosts, and grown to 5, 2 + 2 + 1, the first three where they were."""
     conn, c = own_project, cluster_name
     write_spec(tmp_path / "cluster.yaml", c)  # placement: spread, the default
-    up = deployer("up", "--nodes", "3", "--no-setup", label="up 3 spread")
+    up_run = deployer("up", "--nodes", "3", "--no-setup", "--json", label="up 3 spread")
+    up = json.loads(up_run.stdout)
     placed = hosts_of(conn, c)
-    counts = sorted(Counter(placed.values()).values(), reverse=True)
-    assert f"placement: 3 node(s) on {len(counts)} host(s) in zone nova ({'+'.join(map(str, counts))})" in up.stderr
-    assert ("spread was asked, but all 3 nodes run on one host" in up.stderr) == (len(counts) == 1), up.stderr
+    assert sorted(Counter(placed.values()).values()) == [1, 1, 1], placed
+    moved3 = up["replaced_for_placement"]
+    assert len(moved3) <= 2 and f"{c}-master" not in {m["node"] for m in moved3}, moved3  # a worker goes first
+    assert all(placed[m["node"]] == m["to"] for m in moved3[-1:]), (moved3, placed)
+    for m in moved3:
+        assert f"placement: {m['node']} shared " in up_run.stderr, m
+    assert "placement: 3 node(s) on 3 host(s) in zone nova (1+1+1)" in up_run.stderr
+    assert "spread was asked" not in up_run.stderr
     cid = cluster_id(tmp_path, c)
     group = group_of(conn, c, cid)
     assert (group.policy or group.policies[0]) == "soft-anti-affinity"
-    assert sorted(group.member_ids) == sorted(s.id for s in servers(conn, c).values())
+    assert sorted(group.member_ids) == sorted(s.id for s in servers(conn, c).values()), "each one made anew joined it"
 
     # The member sees no hypervisor's name: host is the hostId, in the record and in status.
     status = deployer.json("status")
@@ -59,20 +64,16 @@ def test_spread_is_read_back_and_each_node_added_goes_where_the_fewest_are(own_p
         n: (h, h, "nova") for n, h in placed.items()}
     recorded = json.loads((state_dir(tmp_path, c) / "cluster.json").read_text())
     assert {n["name"]: n["host_id"] for n in recorded["nodes"]} == placed
-    assert f"3 node(s) on {len(counts)} host(s), zone nova" in deployer("status").stderr
+    said = deployer("status").stderr
+    assert "3 node(s) on 3 host(s), zone nova" in said
 
-    for n in (4, 5):
-        before = hosts_of(conn, c)
-        deployer("up", "--nodes", str(n), "--no-setup", label=f"up {n} spread")
-        after = hosts_of(conn, c)
-        (new,) = set(after) - set(before)
-        load = Counter(before.values())  # a host with none of them has a hostId the member cannot know
-        if len(load) < len(COMPUTE_HOSTS):
-            assert after[new] not in load, (new, after[new], load)
-        else:
-            assert load[after[new]] == min(load.values()), (new, after[new], load)
-        assert {k: after[k] for k in before} == before, "the others stay where they were"
+    grown = deployer.json("up", "--nodes", "5", "--no-setup", label="up 5 spread")
     five = hosts_of(conn, c)
+    assert sorted(Counter(five.values()).values(), reverse=True) == [2, 2, 1], five
+    assert {k: five[k] for k in placed} == placed, "the three that ran before stay where they were"
+    moved5 = grown["replaced_for_placement"]
+    assert {m["node"] for m in moved5} <= set(five) - set(placed), "only the nodes this run made are made anew"
+    assert len(moved5) <= 4
     assert sorted(group_of(conn, c, cid).member_ids) == sorted(s.id for s in servers(conn, c).values())
     # The hostfile puts each host's nodes together, the master's host first.
     nodes = json.loads((state_dir(tmp_path, c) / "cluster.json").read_text())["nodes"]
@@ -82,7 +83,7 @@ def test_spread_is_read_back_and_each_node_added_goes_where_the_fewest_are(own_p
 
     deployer("down", "--yes", label="down 5")
     assert module_resources.leftovers(conn, c) == []
-    print(f"\nplacement: 3 at once on {counts}, then {sorted(Counter(five.values()).values(), reverse=True)}; "
+    print(f"\nplacement: 3 -> 1+1+1 after {len(moved3)} node(s) made anew, 5 -> 2+2+1 after {len(moved5)}; "
           f"seconds {json.dumps({k: round(v, 1) for k, v in deployer.seconds.items()})}")
 
 

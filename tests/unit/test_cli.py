@@ -265,7 +265,10 @@ def test_up_no_setup_provisions_and_records_but_touches_no_node(tmp_path, monkey
         "cloud": "x", "flavor": "f", "image": "i", "external_network": "public"})
     st = ClusterState(tmp_path, "lab")
     result = lifecycle.up(spec, st, setup=False)
-    assert engine.applied == [[]]
+    # The fake cloud has one host: spread (the default) makes the worker anew once, it lands
+    # there again, and the moves stop (lifecycle.spread_out).
+    assert engine.applied == [[], ["node['lab-worker-1']"]]
+    assert result["replaced_for_placement"] == [{"node": "lab-worker-1", "from": "h1", "to": "h1"}]
     assert result["setup"] is False and result["converged"] is False and result["configured"] == {}
     assert st.cluster() is not None and st.cluster().names == ["lab-master", "lab-worker-1"]
     assert "lab-worker-1" in st.ssh_config.read_text() and "lab-master" in st.known_hosts.read_text()

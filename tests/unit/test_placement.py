@@ -9,6 +9,7 @@ The test cloud runs three fake compute hosts for the same on real Nova
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import pytest
 
@@ -210,3 +211,186 @@ def test_a_cluster_larger_than_a_server_group_may_be_is_told_how_to_do_without_o
     said = _quota_message(spec, "m1.small", [], 16, result)
     assert not result.ok and "server group members: need 16, 10 free of 10" in said
     assert "--nodes 10" in said and "placement: any" in said
+
+
+# -- a soft spread evened out (lifecycle.spread_out): which node is made anew, and when to stop
+
+
+def _where(*hosts: str | None) -> dict[str, str | None]:
+    """lab-master, lab-worker-1, ... on `hosts`, in the nodes' order."""
+    return {("lab-master" if i == 0 else f"lab-worker-{i}"): h for i, h in enumerate(hosts)}
+
+
+def test_a_fresh_spread_on_one_host_moves_a_worker_the_last_made_first():
+    where = _where(H1, H1, H1)
+    assert not placement.spread_is_even(where, None)
+    assert placement.crowded_node(where, set(where), "lab-master", None) == "lab-worker-2"
+    # Then 2 + 1 (a host each): the worker left with the master goes.
+    where = _where(H1, H1, H2)
+    assert placement.crowded_node(where, set(where), "lab-master", None) == "lab-worker-1"
+    assert placement.crowded_node(_where(H1, H2, H3), set(where), "lab-master", None) is None
+
+
+def test_only_nodes_of_the_burst_that_share_a_host_move_and_the_master_last():
+    where = _where(H1, H1, H2)
+    assert placement.crowded_node(where, {"lab-master", "lab-worker-1"}, "lab-master", None) == "lab-worker-1"
+    # The master shares its host with a node made before, or made anew alone: no race, no move.
+    assert placement.crowded_node(where, {"lab-master"}, "lab-master", None) is None
+    # A scale-out by one: the new node was weighed against all the others, wherever it went.
+    assert placement.crowded_node(_where(H1, H2, H1), {"lab-worker-2"}, "lab-master", None) is None
+
+
+def test_a_node_that_ran_before_this_run_is_never_moved():
+    # Three made by an earlier run on one host, two added on two others: nothing of the
+    # earlier run is touched, and the new ones have a host each.
+    where = _where(H1, H1, H1, H2, H3)
+    assert placement.crowded_node(where, {"lab-worker-3", "lab-worker-4"}, "lab-master", None) is None
+    # The two added at once on one host: one of them moves, from the most loaded host it is on.
+    where = _where(H1, H2, H3, H2, H2)
+    assert placement.crowded_node(where, {"lab-worker-3", "lab-worker-4"}, "lab-master", None) == "lab-worker-4"
+    # The two on two hosts (2 + 2 + 1): neither raced the other onto a host, nothing to try.
+    assert placement.crowded_node(_where(H1, H2, H3, H1, H2), {"lab-worker-3", "lab-worker-4"}, "lab-master", None) is None
+
+
+def test_five_on_three_hosts_is_even_at_2_2_1_when_the_hosts_are_counted():
+    five = _where(H1, H2, H3, H1, H2)
+    assert placement.spread_is_even(five, 3)
+    assert placement.crowded_node(five, set(five), "lab-master", 3) is None
+    # 3 + 1 + 1: one from the host of 3.
+    assert placement.crowded_node(_where(H1, H2, H3, H1, H1), set(five), "lab-master", 3) == "lab-worker-4"
+    # 3 + 2 on two of three hosts: one more host to use.
+    assert placement.crowded_node(_where(H1, H2, H1, H2, H1), set(five), "lab-master", 3) == "lab-worker-4"
+    # A user who may not count them: 2 + 2 + 1 might leave a fourth host empty, so one more
+    # node is made anew (where it lands says whether there is one).
+    assert not placement.spread_is_even(five, None)
+    assert placement.crowded_node(five, set(five), "lab-master", None) == "lab-worker-4"
+
+
+def test_a_host_not_known_moves_nothing():
+    assert placement.crowded_node(_where(H1, H1, None), {"lab-worker-1", "lab-worker-2"}, "lab-master", None) is None
+
+
+def test_a_move_counts_when_it_lands_where_fewer_are():
+    where = _where(H1, H1, H1, H2, H3)  # 3 + 1 + 1
+    assert placement.moved_closer(where, "lab-worker-2", "d4" * 28), "a host none of them was on"
+    assert placement.moved_closer(where, "lab-worker-2", H2), "3 + 1 + 1 -> 2 + 2 + 1"
+    assert not placement.moved_closer(where, "lab-worker-2", H1), "back where it was"
+    two_two_one = _where(H1, H2, H3, H1, H2)
+    assert not placement.moved_closer(two_two_one, "lab-worker-4", H3), "2 + 2 + 1 -> 2 + 1 + 2: no closer"
+    assert not placement.moved_closer(where, "lab-worker-2", None)
+    line = placement.move_line(where, "lab-worker-2", H2)
+    assert line.startswith("placement: lab-worker-2 shared hostId a1a1a1a1a1a1… with 2 other node(s)")
+    assert "now on a host with 1 of the others (hostId b2b2b2b2b2b2…)" in line and "\n" not in line
+    assert "with 1 of the others: no host with fewer took it, so the moves stop" in placement.move_line(
+        two_two_one, "lab-worker-4", H3)
+
+
+class _Nova:
+    """Where Nova puts a server made alone, weighed against the others: the host of fewest
+    of them among those with room (ties: the first); `room`: servers a host still takes."""
+
+    def __init__(self, hosts: list[str], room: int = 99):
+        self.hosts, self.room = hosts, {h: room for h in hosts}
+
+    def place(self, where: dict[str, str | None], node: str) -> str:
+        others = [h for n, h in where.items() if n != node]
+        fits = [h for h in self.hosts if self.room[h] > 0 or h == where[node]]
+        return min(fits, key=lambda h: (others.count(h), self.hosts.index(h)))
+
+
+def _spread_out(tmp_path, where, nova, *, before=(), hosts=None, placement_="spread", hard=False):
+    from types import SimpleNamespace
+
+    from deployer import lifecycle
+    from deployer.providers.base import Machine, Observation
+    from deployer.state import ClusterState
+
+    spec = ClusterSpec(name="lab", provider="openstack", nodes=len(where),
+                       openstack={"admin_cidr": "198.51.100.1/32", "placement": placement_, "placement_hard": hard})
+    state = ClusterState(tmp_path, "lab")
+    state.dir.mkdir(parents=True)
+    current = dict(where)
+    applied: list[list[str]] = []
+
+    class Engine:
+        def apply(self, on_event, replace=None):
+            applied.append(replace)
+            (address,) = replace
+            node = address.split('"')[1]
+            current[node] = nova.place(current, node)
+
+        def output(self):
+            return {"cluster": _cluster(dict.fromkeys(current)).to_output()}
+
+    class Provider:
+        def node_resource(self, node):
+            return f'openstack_compute_instance_v2.node["{node}"]'
+
+        def observe(self, state, env, names):
+            return Observation(nodes={n: Machine("running", n, host=h, host_id=h, zone="nova") for n, h in current.items()})
+
+    run = lifecycle.UpRun(spec, state, Provider(), SimpleNamespace(hosts=hosts, existing_nodes=list(before)), {}, [], None)
+    out = lifecycle.spread_out(run, Engine(), _cluster(where), set(before))
+    assert {n.name: n.host for n in out.nodes} == current
+    if run.moved:  # the record follows each move
+        assert {n["name"]: n["host"] for n in json.loads(state.cluster_file.read_text())["nodes"]} == current
+    return current, run.moved, applied
+
+
+def test_spread_out_makes_3_on_1_host_into_1_1_1_a_node_at_a_time(tmp_path):
+    placed, moved, applied = _spread_out(tmp_path, _where(H1, H1, H1), _Nova([H1, H2, H3]))
+    assert sorted(placed.values()) == [H1, H2, H3]
+    assert moved == [{"node": "lab-worker-2", "from": H1, "to": H2}, {"node": "lab-worker-1", "from": H1, "to": H3}]
+    assert applied == [['openstack_compute_instance_v2.node["lab-worker-2"]'],
+                       ['openstack_compute_instance_v2.node["lab-worker-1"]']]
+
+
+def test_spread_out_of_five_stops_at_2_2_1_after_one_move_that_found_no_other_host(tmp_path):
+    # A member, who cannot count the hosts: 2 + 2 + 1 is tried once more, and the node lands
+    # where it finds one of the others: no fourth host, so the moves stop.
+    placed, moved, _ = _spread_out(tmp_path, _where(H1, H1, H1, H1, H2), _Nova([H1, H2, H3]))
+    assert sorted(Counter(placed.values()).values()) == [1, 2, 2]
+    assert [m["node"] for m in moved] == ["lab-worker-3", "lab-worker-2", "lab-worker-1"], moved
+    assert moved[-1]["to"] in (H1, H2, H3), "the last found only a host with one of the others"
+    # With the hosts counted (an admin), no move beyond 2 + 2 + 1.
+    placed, moved, _ = _spread_out(tmp_path / "admin", _where(H1, H1, H1, H1, H2), _Nova([H1, H2, H3]), hosts=3)
+    assert len(moved) == 2 and sorted(Counter(placed.values()).values()) == [1, 2, 2]
+
+
+def test_spread_out_stops_at_once_when_no_other_host_has_room(tmp_path):
+    placed, moved, applied = _spread_out(tmp_path, _where(H1, H1, H1), _Nova([H1, H2], room=0))
+    assert placed == _where(H1, H1, H1) and len(applied) == 1
+    assert moved == [{"node": "lab-worker-2", "from": H1, "to": H1}]
+
+
+def test_spread_out_touches_nothing_that_ran_before_nor_other_policies(tmp_path):
+    _, moved, applied = _spread_out(tmp_path / "a", _where(H1, H1, H1), _Nova([H1, H2, H3]),
+                                    before=["lab-master", "lab-worker-1", "lab-worker-2"])
+    assert moved == [] and applied == []
+    for i, (policy, hard) in enumerate([("pack", False), ("any", False), ("spread", True)]):
+        _, moved, applied = _spread_out(tmp_path / str(i), _where(H1, H1, H1), _Nova([H1, H2, H3]),
+                                        placement_=policy, hard=hard)
+        assert moved == [] and applied == []
+
+
+def test_spread_out_of_a_scale_out_moves_one_of_the_two_that_raced_and_stops(tmp_path):
+    # 1 + 1 + 1 grown by two made at once, both onto the master's host (3 + 1 + 1): the
+    # last made goes to a host with one, and 2 + 2 + 1 tries nothing more (no two of the
+    # burst share a host now).
+    placed, moved, applied = _spread_out(tmp_path, _where(H1, H2, H3, H1, H1), _Nova([H1, H2, H3]),
+                                         before=["lab-master", "lab-worker-1", "lab-worker-2"])
+    assert sorted(Counter(placed.values()).values()) == [1, 2, 2] and len(applied) == 1
+    assert moved == [{"node": "lab-worker-4", "from": H1, "to": H2}]
+
+
+def test_bench_counts_the_hosts_of_the_nodes_a_run_ran_on_slurms_choice_included():
+    from deployer.bench.sweep import spanned
+
+    c = _cluster()  # master H1, worker-1 H2, worker-2 H3, worker-3 H1, worker-4 H2; the hostfile: H1's, H2's, H3
+    assert [n.name for n in c.by_host[:2]] == ["lab-master", "lab-worker-3"] and c.hosts_of(2) == 1
+    # Slurm gave the 2-node job worker-1 and worker-2: two hosts, not the hostfile's first two (one).
+    assert spanned(c, 2, {"versions": {"hosts": ["lab-worker-1", "lab-worker-2"]}}) == 2
+    assert spanned(c, 2, {"versions": {"hosts": ["lab-master", "lab-worker-3"]}}) == 1
+    # A run that names no node of the record (or none at all): the hostfile's first n.
+    assert spanned(c, 2, {"versions": {"hosts": ["elsewhere"]}}) == 1 and spanned(c, 3, {}) == 2
+    assert spanned(_cluster({n: None for n in PLACED}), 2, {"versions": {"hosts": ["lab-worker-1"]}}) is None

@@ -65,6 +65,8 @@ class PreflightResult:
     admin_cidr_from: str | None = None
     # A flavor change: the nodes (all named by --replace) that run another flavor, and which.
     reflavored: dict[str, str] = field(default_factory=dict)
+    # Hypervisors up and enabled, counted for a spread; None: not counted, or this user may not.
+    hosts: int | None = None
 
 
 def _names(items: Any, limit: int = 10) -> str:
@@ -358,15 +360,18 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
                         f"floating IP {o.floating_ip} is associated with another port; disassociate it or remove openstack.floating_ip"
                     )
 
-    if o.server_group_policy == "anti-affinity":
+    hosts: int | None = None
+    if o.server_group_policy in ("anti-affinity", "soft-anti-affinity"):
         from .placement import count_hosts, hosts_problem
 
+        # Soft too: `up` evens out a soft spread (lifecycle.spread_out) up to this many
+        # hosts; a user who may not count them learns it from where a node made anew lands.
         with cloud_errors(conn, "counting the cloud's hypervisors"):
             hosts = count_hosts(conn)
         problem = hosts_problem(hosts, spec.nodes, o.server_group_policy)
         if problem:
             problems.append(problem)
-        elif hosts is None:
+        elif hosts is None and o.server_group_policy == "anti-affinity":
             warnings.append("openstack.placement_hard: this user may not list the cloud's hypervisors, so whether each node "
                             "can have one of its own is not known before Nova tries (a node it cannot place fails to build)")
 
@@ -425,6 +430,7 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
         image_id=image.id,
         existing_nodes=existing,
         warnings=warnings,
+        hosts=hosts,
         flavor_id=flavor.id,
         external_network_id=ext.id,
         network_id=net.id if net is not None else None,
