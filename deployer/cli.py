@@ -644,6 +644,8 @@ def image_build(
     from .spec import build_spec
 
     spec = build_spec(config, provider=provider)
+    global _after_interrupt
+    _after_interrupt = "the builder is deleted and no image was saved; run the same command again to bake"
     result = ib.build(spec, state_dir, gpu=gpu, name=image_name, setup=not no_setup)
     if json_out:
         ui.print_json(result)
@@ -677,8 +679,12 @@ def image_rm(name: Annotated[str, typer.Argument(help="the image (`deployer imag
     ib.remove(chosen, name, cloud)
 
 
+# What a Ctrl-C leaves, said as the run stops; a verb that cleans up on the way out says its own.
+_after_interrupt = "state is kept, so the same command resumes where it stopped"
+
+
 def _interrupted() -> None:
-    ui.error("interrupted; state is kept, so the same command resumes where it stopped")
+    ui.error(f"interrupted; {_after_interrupt}")
     sys.exit(130)
 
 

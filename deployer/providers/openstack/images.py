@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...errors import OperationFailed, UsageError
+from ...errors import UsageError
 from ...image_manifest import PROPERTY_PREFIX, Manifest
 from .session import cloud_errors, connect, quiet_sdk_logs
 
@@ -82,11 +82,15 @@ class GlanceImages:
             if server.status == "ACTIVE":
                 conn.compute.stop_server(server)
                 conn.compute.wait_for_server(server, status="SHUTOFF", wait=600)
-            image = conn.compute.create_server_image(server, name, metadata=manifest.as_properties(), wait=True,
-                                                     timeout=ACTIVE_TIMEOUT_S)
-            image = conn.image.get_image(image.id)
-            if image.status != "active":
-                raise OperationFailed(f"image {name} is {image.status} in Glance, not active")
+            image = conn.compute.create_server_image(server, name, metadata=manifest.as_properties(), wait=False)
+            try:
+                image = conn.image.wait_for_status(conn.image.get_image(image.id), status="active",
+                                                   failures=["killed", "deleted"], wait=ACTIVE_TIMEOUT_S)
+            except BaseException:
+                # Ctrl-C, a timeout, a snapshot that failed: a queued or half-uploaded image is
+                # no bake, and would be listed and booted as one.
+                delete_quietly(conn, image.id)
+                raise
             missing = {k: v for k, v in manifest.as_properties().items() if _props(image).get(k) != v}
             if missing:  # a cloud that keeps createImage's metadata elsewhere: set them on the image itself
                 conn.image.update_image(image, **missing)
@@ -101,3 +105,11 @@ class GlanceImages:
 
     def base(self, spec: ClusterSpec) -> str:
         return spec.openstack.image
+
+
+def delete_quietly(conn: Any, image_id: str) -> None:
+    """Delete an image on the way out of a failed save; a failure here must not hide the first."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        conn.image.delete_image(image_id, ignore_missing=True)
