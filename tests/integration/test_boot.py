@@ -31,7 +31,8 @@ def test_every_node_booted_through_cloud_init_nocloud(local_cluster, node):
 def test_the_user_data_made_the_user_and_the_first_contact_replaced_its_host_key(local_cluster):
     # The bootstrap key in user-data (readable on a VM from the metadata service, and kept by
     # cloud-init on disk) opened the first connection only: the node serves a key made on it
-    # since, which the state dir and every node's known_hosts pin, and nothing accepts the old.
+    # since, which the state dir pins and the cluster's host CA certifies (every node's
+    # known_hosts trusts the CA), and nothing accepts the old.
     p = local_cluster.deployer(
         "ssh",
         "worker-1",
@@ -44,7 +45,7 @@ def test_the_user_data_made_the_user_and_the_first_contact_replaced_its_host_key
     pinned = json.loads((local_cluster.state / "ssh" / "host_keys" / f"{NAME}-worker-1_ed25519.pinned").read_text())
     assert pinned["keys"] == [served]
     assert from_user_data.startswith("ssh-ed25519 ") and from_user_data != served
-    assert count == "2"  # only the node's own ed25519 pair: the image's keys were deleted
+    assert count == "3"  # the node's own ed25519 pair and its certificate: the image's keys were deleted
     assert root == "root"
     assert "a fresh host key made on all 3 node(s) and pinned" in local_cluster.up_log
     known_here = (local_cluster.state / "ssh" / "known_hosts").read_text()
