@@ -38,7 +38,8 @@ SEAL_SCRIPT = r"""set -u
 systemctl stop prometheus-node-exporter munge slurmd slurmctld 2>/dev/null || true
 cloud-init clean --logs --machine-id --seed 2>/dev/null || cloud-init clean --logs 2>/dev/null || rm -rf /var/lib/cloud
 truncate -s 0 /etc/machine-id; rm -f /var/lib/dbus/machine-id
-rm -f /etc/ssh/ssh_host_* /etc/munge/munge.key /etc/apt/apt.conf.d/01deployer-package-cache /etc/pip.conf
+rm -f /etc/ssh/ssh_host_* /etc/ssh/sshd_config.d/deployer-host-certificate.conf
+rm -f /etc/munge/munge.key /etc/apt/apt.conf.d/01deployer-package-cache /etc/pip.conf
 rm -rf /var/lib/apt/lists/* /var/lib/apt/periodic/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb
 rm -rf /root/.ssh /root/.cache /root/.config/pip
 rm -rf /home/*/.cache /home/*/.config/pip

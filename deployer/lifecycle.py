@@ -57,11 +57,9 @@ def _fingerprint(inv_path: Path, spec: ClusterSpec, state: ClusterState) -> str:
     from . import gpu_runtime
     from .paths import assets_root
 
-    # The inventory without the nodes' host keys: a key changes when a node gets its own
-    # (rekey.py), which drift.with_new_host_keys plans for with its reason.
+    # The inventory carries no node's own host key (the nodes trust the cluster's host CA,
+    # whose key stays), so a node made anew changes it only where its address changed.
     inv = yaml.safe_load(inv_path.read_text())
-    for host in (inv.get("all", {}).get("hosts") or {}).values():
-        host.pop("deployer_host_keys", None)
     h = hashlib.sha256(json.dumps(inv, sort_keys=True).encode())
     # The lifetime is the controller's business (and the servers' metadata), not the nodes'.
     h.update(spec.model_dump_json(exclude={"ttl"}).encode())
@@ -367,14 +365,17 @@ def wait_for_nodes(run: UpRun, cluster: Cluster, names: list[str]) -> None:
 
 def rekey_nodes(run: UpRun, cluster: Cluster, plan: drift.ConfigurePlan) -> drift.ConfigurePlan:
     """The bootstrap key in user-data opened the first connection; each node now gets its own
-    (rekey.py). The inventory carries the keys, so it and the plan follow."""
+    (rekey.py) and a certificate of the cluster's host CA for it. The other nodes trust the
+    CA, not the key, so the plan stays as it is: a new node is configured alone."""
     with run.times.stage("boot"):
         rekeyed = rekey.rotate(run.state, cluster)
-    if not rekeyed:
-        return plan
-    ui.ok(f"ssh: a fresh host key made on {_count(rekeyed, cluster)} and pinned; the one in the user-data opens nothing now")
-    inventory.write(cluster, run.spec, run.state)
-    return drift.with_new_host_keys(plan, cluster, rekeyed)
+        certified = rekey.certify(run.state, cluster)
+    if rekeyed:
+        ui.ok(f"ssh: a fresh host key made on {_count(rekeyed, cluster)} and pinned, with a certificate of the cluster's "
+              f"host CA; the one in the user-data opens nothing now")
+    if certified:
+        ui.ok(f"ssh: {_count(certified, cluster)} now serve(s) a certificate of the cluster's host CA for the key pinned before")
+    return plan
 
 
 def configure(run: UpRun, cluster: Cluster, plan: drift.ConfigurePlan) -> int:

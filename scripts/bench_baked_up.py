@@ -5,7 +5,7 @@ Run as root from the repo root (base image cached):
 `sudo .venv/bin/python scripts/bench_baked_up.py [--nodes 1,8] [--image NAME]`.
 Bakes a local image first unless --image names one (and prints how long the bake took),
 then for each N: a cold `up` from the plain image, then from the baked one (interleaved,
-each a fresh cluster `benchbk` in a temporary dir, torn down after), and on the last baked
+each a fresh cluster `benchbk`, or --name, in a temporary dir, torn down after), and on the last baked
 cluster with more than one node an `up --replace worker-1` (the replaced node's
 Ansible). Prints per run the wall time, Ansible's seconds (timings.json) and the slowest
 roles, then the ratios docs/performance.md quotes.
@@ -64,18 +64,23 @@ def one(n: int, image: str | None) -> dict[str, Any]:
                 rwall, rp = timed(["up", "--name", NAME, "--replace", "worker-1", "--json"], cwd)
                 must(rp, "up --replace worker-1")
                 rrec = last_timings(cwd)
-                row.update(replace_s=round(rwall, 1), replace_ansible_s=rrec["stages_s"].get("ansible"))
+                configured = sorted(json.loads(rp.stdout).get("configured") or {})
+                row.update(replace_s=round(rwall, 1), replace_ansible_s=rrec["stages_s"].get("ansible"),
+                           replace_configured=configured)
             return row
         finally:
             subprocess.run([*DEPLOYER, "down", "--name", NAME, "--yes"], cwd=cwd, capture_output=True)
 
 
 def main() -> int:
+    global NAME
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--nodes", default="1,8")
     ap.add_argument("--image", help="a baked image to use (default: bake one now)")
     ap.add_argument("--json", action="store_true", help="the rows as JSON on stdout")
+    ap.add_argument("--name", default=NAME, help=f"the clusters' name (default {NAME}; containers are named after it)")
     a = ap.parse_args()
+    NAME = a.name
     image = a.image
     if image is None:
         with tempfile.TemporaryDirectory(prefix="bench-bake-") as d:
@@ -88,7 +93,8 @@ def main() -> int:
         for img in (None, image):  # side by side: plain, then baked, for each N
             row = one(n, img)
             rows.append(row)
-            extra = (f"; --replace worker-1 {row['replace_s']}s (ansible {row['replace_ansible_s']}s)"
+            extra = (f"; --replace worker-1 {row['replace_s']}s (ansible {row['replace_ansible_s']}s "
+                     f"on {len(row['replace_configured'])} node(s))"
                      if "replace_s" in row else "")
             print(f"N={n} {row['image']:<28} up {row['up_s']:6.1f}s  ansible {row['ansible_s']}s  "
                   f"roles {row['roles']}{extra}", flush=True)

@@ -141,6 +141,76 @@ def needs_rotation(state: "ClusterState", node: "Node") -> bool:
     return not read_pinned(state, node)
 
 
+# ---- the cluster's host CA: what the nodes trust of each other ---------------------------
+#
+# The deployer pins every node's own key (above), and signs it with a CA of the cluster's
+# own (state dir, 0600): a host certificate for the node's name and addresses. The nodes
+# trust the CA (ssh_mesh writes one `@cert-authority` line into /etc/ssh/ssh_known_hosts),
+# not each key, so a node made anew needs its own certificate and nothing on the others
+# changes: `up --replace` configures the new node only (drift.py).
+
+
+def host_ca_path(state: "ClusterState") -> Path:
+    return state.ssh_dir / f"host_ca_{HOST_KEY_TYPE}"
+
+
+def ensure_host_ca(state: "ClusterState") -> str:
+    """The cluster's host CA (made once, 0600); its public key ('ssh-ed25519 AAAA…')."""
+    path = host_ca_path(state)
+    if not path.exists() or not path.with_suffix(".pub").exists():
+        path.unlink(missing_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", HOST_KEY_TYPE, "-N", "", "-C", f"{state.name} host CA", "-f", str(path)],
+                       check=True, capture_output=True)
+    path.chmod(0o600)
+    return " ".join(path.with_suffix(".pub").read_text().split()[:2])
+
+
+def host_principals(node: "Node") -> list[str]:
+    """The names a certificate vouches for: what nodes and users reach the node by."""
+    return list(dict.fromkeys([node.name, node.private_ip] + ([node.public_ip] if node.public_ip else [])))
+
+
+def sign_host_key(state: "ClusterState", node: "Node", key: str) -> str:
+    """A host certificate ('ssh-ed25519-cert-v01@openssh.com AAAA…') for `key`, signed by the
+    cluster's CA, valid for the node's principals (ssh-keygen -s … -h -n …)."""
+    import tempfile
+
+    ensure_host_ca(state)
+    with tempfile.TemporaryDirectory(prefix="deployer-sign-") as d:
+        pub = Path(d) / "key.pub"
+        pub.write_text(key + "\n")
+        subprocess.run(["ssh-keygen", "-q", "-s", str(host_ca_path(state)), "-h", "-I", f"{state.name}/{node.name}/{node.id}",
+                        "-n", ",".join(host_principals(node)), str(pub)], check=True, capture_output=True)
+        return " ".join((Path(d) / "key-cert.pub").read_text().split()[:2])
+
+
+def cert_path(state: "ClusterState", name: str) -> Path:
+    return state.host_keys_dir / f"{name}_{HOST_KEY_TYPE}.cert"
+
+
+def read_cert(state: "ClusterState", node: "Node") -> str | None:
+    """The certificate the node serves, as recorded when it was installed (None: none, or one
+    of another server or key)."""
+    try:
+        rec = json.loads(cert_path(state, node.name).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or rec.get("server") != node.id or rec.get("key") not in read_pinned(state, node):
+        return None
+    cert = rec.get("cert")
+    return cert if isinstance(cert, str) else None
+
+
+def write_cert(state: "ClusterState", node: "Node", key: str, cert: str) -> None:
+    write_secret(cert_path(state, node.name), (json.dumps({"server": node.id, "key": key, "cert": cert}) + "\n").encode())
+
+
+def needs_certificate(state: "ClusterState", node: "Node") -> bool:
+    """Rotated, but serving no certificate of the cluster's CA (a node rotated before the CA)."""
+    return bool(read_pinned(state, node)) and read_cert(state, node) is None
+
+
 def ensure_host_keys(state: "ClusterState", names: list[str]) -> dict[str, HostKey]:
     """One ed25519 bootstrap key per node name (0600): the key the next server of that name
     boots with. Kept until the node's first contact replaces it (rekey.py), then made anew
@@ -215,6 +285,7 @@ def write_user_data(spec: "ClusterSpec", state: "ClusterState") -> Path:
     """
     names = spec.node_names()
     keys = ensure_host_keys(state, names)
+    ensure_host_ca(state)  # signs each node's own key after its first contact (rekey.py)
     authorized = state.ssh_public_key.read_text()
     assert spec.ssh_user is not None  # ClusterSpec's validator fills it in
     texts = {}

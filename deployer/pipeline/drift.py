@@ -26,7 +26,6 @@ EVERY_NODE_REASONS = {
     "first": "first configuration",
     "fingerprint": "spec, inventory or roles changed since the last configuration",
     "master": "the master was replaced: every node must trust its new cluster SSH key",
-    "host keys": "a node's new host key is pinned on every node",
 }
 
 
@@ -71,14 +70,6 @@ def configure_plan(cluster: Cluster, record: Configured | None, fingerprint: str
         # storage and monitoring: a new master changes what every node must hold.
         return everyone("master")
     return ConfigurePlan(why, every_node=False)
-
-
-def with_new_host_keys(plan: ConfigurePlan, cluster: Cluster, rekeyed: list[str]) -> ConfigurePlan:
-    """After `rekeyed` nodes got host keys of their own (rekey.py): every node pins them
-    (ssh_mesh's /etc/ssh/ssh_known_hosts), so every node is configured."""
-    if not rekeyed or plan.every_node:
-        return plan
-    return ConfigurePlan({n.name: EVERY_NODE_REASONS["host keys"] for n in cluster.nodes}, every_node=True)
 
 
 def configured_record(fingerprint: str, cluster: Cluster, only: list[str] | None = None, run: str | None = None) -> Configured:

@@ -16,7 +16,7 @@ from ..image_manifest import roles_hash
 from ..paths import assets_root
 from ..providers import get_provider
 from ..slurm import topology_conf
-from .boot import accepted_keys
+from .boot import ensure_host_ca
 
 if TYPE_CHECKING:
     from ..cluster import Cluster
@@ -40,8 +40,6 @@ def render(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> dict
             "ansible_host": node.name,
             "ansible_user": cluster.ssh_user,
             "ansible_ssh_common_args": shlex.join(["-F", str(state.ssh_config)]),
-            # Pinned on every node too (ssh_mesh), so node-to-node SSH checks them.
-            "deployer_host_keys": accepted_keys(state, node),
             "private_ip": node.private_ip,
             "node_role": node.role,
             "node_index": i,
@@ -64,6 +62,9 @@ def render(cluster: Cluster, spec: "ClusterSpec", state: "ClusterState") -> dict
         "deployer_host_package_sources": cluster.host_package_sources,
         "deployer_cluster_cidr": cluster.cluster_cidr,
         "deployer_master_ip": cluster.master.private_ip,
+        # What the nodes trust of each other (ssh_mesh): the CA that signs each node's own
+        # host key (rekey.py), not the keys, so a node made anew changes nothing here.
+        "deployer_host_ca": ensure_host_ca(state),
         "deployer_hostfile": hostfile(cluster),
         "deployer_enable_gpu": cluster.has_gpus,
         "deployer_nvidia_driver_install": spec.openstack.nvidia_driver_install,

@@ -8,6 +8,12 @@ leaves the node); the deployer accepts it beside the bootstrap key (pending), sw
 and reloads sshd, proves a new connection with the new key alone, then pins it for that
 server and forgets the bootstrap pair. An interrupt at any point leaves a key that SSH
 still accepts, and the next `up` finishes the job.
+
+With the swap the node also gets a host certificate for its new key, signed by the
+cluster's host CA (boot.sign_host_key) and served by sshd (HostCertificate): the other
+nodes trust the CA, not each key (ssh_mesh), so a node made anew changes nothing on them.
+A node rotated before its cluster had a CA gets its certificate the same way (certify),
+its key kept.
 """
 
 from __future__ import annotations
@@ -16,12 +22,24 @@ import shlex
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from ..errors import OperationFailed
 from ..remote import ssh_argv
-from .boot import HOST_KEY_TYPE, host_key, needs_rotation, pinned_path, write_access, write_pinned
+from .boot import (
+    HOST_KEY_TYPE,
+    host_key,
+    needs_certificate,
+    needs_rotation,
+    pinned_path,
+    read_pinned,
+    sign_host_key,
+    write_access,
+    write_cert,
+    write_pinned,
+)
 from .readiness import KEY_REFUSED
 
 if TYPE_CHECKING:
@@ -33,6 +51,9 @@ KEY = f"/etc/ssh/ssh_host_{HOST_KEY_TYPE}_key"
 # reads the host keys again; open sessions stay.
 RELOAD = 'systemctl reload ssh.service 2>/dev/null || systemctl reload sshd.service 2>/dev/null || kill -HUP "$(cat /run/sshd.pid)"'
 AS_ROOT = ["sudo", "-n"]  # the cluster user's passwordless sudo (the user-data gives it)
+# Where sshd is told to serve the certificate: Debian's and Ubuntu's sshd_config include
+# this directory before anything else.
+SSHD_DROPIN = "/etc/ssh/sshd_config.d/deployer-host-certificate.conf"
 
 
 def make_script(key: str) -> str:
@@ -44,14 +65,26 @@ ssh-keygen -q -t {HOST_KEY_TYPE} -N '' -C "$(hostname) host key" -f {key}.next <
 cat {key}.next.pub"""
 
 
-def swap_script(key: str, reload: str) -> str:
-    """As root: the new key in place of the bootstrap one, and sshd told. Run again after a
-    dropped connection, it only tells sshd again (the proof then says whether it took)."""
+def cert_script(key: str, cert: str) -> str:
+    """As root: the key's certificate beside it, and sshd's drop-in that serves it (read at
+    the next reload)."""
+    return f"""printf '%s\\n' {shlex.quote(cert)} > {key}-cert.pub
+chmod 644 {key}-cert.pub
+mkdir -p "$(dirname {SSHD_DROPIN})"
+printf '%s\\n' '# Written by deployer: the host certificate of the cluster CA, which the nodes trust.' \\
+  'HostCertificate {key}-cert.pub' > {SSHD_DROPIN}"""
+
+
+def swap_script(key: str, reload: str, cert: str) -> str:
+    """As root: the new key in place of the bootstrap one, its certificate beside it, and
+    sshd told. Run again after a dropped connection, it only tells sshd again (the proof
+    then says whether it took)."""
     return f"""set -e
 if [ -s {key}.next ]; then
   mv -f {key}.next.pub {key}.pub
   mv -f {key}.next {key}
 fi
+{cert_script(key, cert)}
 {reload}"""
 
 
@@ -71,7 +104,8 @@ def rotate(state: "ClusterState", cluster: Cluster) -> list[str]:
         with records:
             write_pinned(state, node, new, pending=True)
             write_access(state, cluster)  # bootstrap and new key both accepted from here on
-        _root(state, node, swap_script(KEY, RELOAD), "swap in the new host key", tries=3)
+        cert = sign_host_key(state, node, new)
+        _root(state, node, swap_script(KEY, RELOAD, cert), "swap in the new host key", tries=3)
         with records:  # the new key alone, for the proof
             write_pinned(state, node, new)
             write_access(state, cluster)
@@ -83,14 +117,38 @@ def rotate(state: "ClusterState", cluster: Cluster) -> list[str]:
                 write_access(state, cluster)
             raise
         with records:
+            write_cert(state, node, new, cert)
             pinned_path(state, node.name, pending=True).unlink(missing_ok=True)
             bootstrap = host_key(state, node.name).private_path
             bootstrap.unlink(missing_ok=True)
             bootstrap.with_suffix(".pub").unlink(missing_ok=True)
         return node.name
 
-    # The master first, alone: every connection to a worker hops through it, and one made
-    # while its sshd reloads is dropped ("Connection closed by UNKNOWN port 65535", seen).
+    return _master_first(todo, one)
+
+
+def certify(state: "ClusterState", cluster: Cluster) -> list[str]:
+    """Every node rotated before its cluster had a host CA gets a certificate for the key it
+    serves (the pinned one), and sshd serves it; returns their names."""
+    todo = [n for n in cluster.nodes if needs_certificate(state, n)]
+    records = threading.Lock()
+
+    def one(node: Node) -> str:
+        key = read_pinned(state, node)[0]
+        cert = sign_host_key(state, node, key)
+        _root(state, node, f"set -e\n{cert_script(KEY, cert)}\n{RELOAD}", "install its host certificate", tries=3)
+        with records:
+            write_cert(state, node, key, cert)
+        return node.name
+
+    return _master_first(todo, one)
+
+
+def _master_first(todo: list[Node], one: Callable[[Node], str]) -> list[str]:
+    """`one` on each node of `todo`, the workers in parallel; their results.
+
+    The master first, alone: every connection to a worker hops through it, and one made
+    while its sshd reloads is dropped ("Connection closed by UNKNOWN port 65535", seen)."""
     done = [one(n) for n in todo if n.is_master]
     workers = [n for n in todo if not n.is_master]
     if workers:

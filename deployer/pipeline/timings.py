@@ -89,6 +89,8 @@ def ansible_roles(events_log: Path) -> dict[str, float]:
         return {}
     spans: list[tuple[str | None, datetime]] = []
     for line in events_log.read_text().splitlines():
+        if "playbook_on_" not in line:  # every span event is one; most lines are the hosts' results
+            continue
         try:
             ev = json.loads(line)
         except json.JSONDecodeError:

@@ -161,6 +161,10 @@ def run_playbook(
                 result.changed[host] += 1
         elif kind == "playbook_on_stats":
             result.stats = data.get("artifact_data") or {}
+            # Ansible's own count: a no_log task's result is censored in its event (no
+            # `changed` there), the play's recap still counts it.
+            if isinstance(data.get("changed"), dict):
+                result.changed = Counter({h: int(n) for h, n in data["changed"].items() if n})
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             res = data.get("res", {})
             msg = res.get("msg") or res.get("stderr") or res.get("stdout") or "failed"

@@ -31,7 +31,8 @@ def test_every_node_booted_through_cloud_init_nocloud(local_cluster, node):
 def test_the_user_data_made_the_user_and_the_first_contact_replaced_its_host_key(local_cluster):
     # The bootstrap key in user-data (readable on a VM from the metadata service, and kept by
     # cloud-init on disk) opened the first connection only: the node serves a key made on it
-    # since, which the state dir and every node's known_hosts pin, and nothing accepts the old.
+    # since, which the state dir pins and the cluster's host CA certifies (every node's
+    # known_hosts trusts the CA), and nothing accepts the old.
     p = local_cluster.deployer(
         "ssh",
         "worker-1",
@@ -44,13 +45,17 @@ def test_the_user_data_made_the_user_and_the_first_contact_replaced_its_host_key
     pinned = json.loads((local_cluster.state / "ssh" / "host_keys" / f"{NAME}-worker-1_ed25519.pinned").read_text())
     assert pinned["keys"] == [served]
     assert from_user_data.startswith("ssh-ed25519 ") and from_user_data != served
-    assert count == "2"  # only the node's own ed25519 pair: the image's keys were deleted
+    assert count == "3"  # the node's own ed25519 pair and its certificate: the image's keys were deleted
     assert root == "root"
     assert "a fresh host key made on all 3 node(s) and pinned" in local_cluster.up_log
     known_here = (local_cluster.state / "ssh" / "known_hosts").read_text()
+    assert served in known_here and from_user_data not in known_here
+    # The nodes trust the cluster's host CA, which certified the node's own key (and no other).
     mesh = local_cluster.deployer("ssh", "master", "--", "cat /etc/ssh/ssh_known_hosts").stdout
-    for text in (known_here, mesh):
-        assert served in text and from_user_data not in text
+    ca = " ".join((local_cluster.state / "ssh" / "host_ca_ed25519.pub").read_text().split()[:2])
+    assert f"@cert-authority {NAME}-master," in mesh and ca in mesh and from_user_data not in mesh
+    cert = local_cluster.deployer("ssh", "worker-1", "--", "ssh-keygen -L -f /etc/ssh/ssh_host_ed25519_key-cert.pub").stdout
+    assert "host certificate" in cert and f"{NAME}-worker-1" in cert
 
 
 def test_host_reaches_only_the_master(local_cluster):

@@ -105,8 +105,19 @@ def test_the_roles_filters_read_the_manifest_line(monkeypatch):
 
 
 def test_group_vars_split_the_manifest_from_the_package_list():
+    import importlib.util
+
     text = (ROOT / "ansible/group_vars/all.yml").read_text()
-    assert "reject('match', '@@')" in text and "@@image " in text
+    assert "deployer_dpkg_packages" in text and "deployer_dpkg_tagged('image')" in text
+    loaded = importlib.util.spec_from_file_location("deployer_image_filters", ROOT / "ansible/filter_plugins/deployer_image.py")
+    assert loaded and loaded.loader
+    filters = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(filters)
+    lines = ["bash", "openmpi-bin", '@@image {"version": 1}', "@@slurm-configured"]
+    assert filters.dpkg_packages(lines) == ["bash", "openmpi-bin"]
+    assert filters.dpkg_tagged(lines, "image") == '{"version": 1}'
+    assert filters.dpkg_tagged(["bash", "@@image "], "image") == filters.dpkg_tagged(["@@image"], "image") == ""
+    assert filters.dpkg_tagged(["bash"], "image") == "" and filters.dpkg_packages(None) == []
     common = (ROOT / "ansible/roles/common/tasks/main.yml").read_text()
     assert "@@image" in common and image_manifest.MANIFEST_PATH in common
 

@@ -92,20 +92,17 @@ def test_remaining_lists_every_existing_thing():
     assert seen.remaining() == ["node a", "node c", "node d", "bridge x"]
 
 
-def test_a_replaced_worker_with_its_own_new_host_key_configures_every_node():
-    # rekey.py gave the new server a host key of its own: every node's known_hosts learns it.
-    plan = drift.with_new_host_keys(drift.configure_plan(CLUSTER, record(demo_worker_2="old"), "F"), CLUSTER, ["demo-worker-2"])
-    assert plan.every_node and sorted(plan.why) == NAMES
-    assert plan.describe() == "all 3 node(s) (a node's new host key is pinned on every node)"
-    unchanged = drift.configure_plan(CLUSTER, record(), "F")
-    assert drift.with_new_host_keys(unchanged, CLUSTER, []) is unchanged
-    everyone = drift.configure_plan(CLUSTER, None, "F")
-    assert drift.with_new_host_keys(everyone, CLUSTER, NAMES).describe() == "all 3 node(s) (first configuration)"
+def test_a_replaced_worker_with_its_own_new_host_key_is_configured_alone():
+    # rekey.py gave the new server a host key of its own, certified by the cluster's host CA,
+    # which the other nodes trust already: nothing on them changes.
+    plan = drift.configure_plan(CLUSTER, record(demo_worker_2="old"), "F")
+    assert not plan.every_node and plan.limit() == ["demo-worker-2"]
+    assert not hasattr(drift, "with_new_host_keys")
 
 
-def test_the_fingerprint_leaves_out_host_keys_and_nothing_else_of_the_inventory(tmp_path):
-    # A node's own host key (rekey.py) is planned for by with_new_host_keys, with its reason;
-    # anything else in the inventory changes the fingerprint (every node configured).
+def test_the_fingerprint_follows_the_whole_inventory(tmp_path):
+    # The inventory holds no node's own host key (the CA's, which stays): a changed address,
+    # or anything else in it, configures every node.
     import yaml
 
     from deployer import lifecycle
@@ -113,7 +110,7 @@ def test_the_fingerprint_leaves_out_host_keys_and_nothing_else_of_the_inventory(
     from deployer.state import ClusterState
 
     st = ClusterState(tmp_path / "state", "demo")
-    inv = {"all": {"hosts": {"demo-master": {"private_ip": "10.0.0.10", "deployer_host_keys": ["ssh-ed25519 A"]}}}}
+    inv = {"all": {"hosts": {"demo-master": {"private_ip": "10.0.0.10"}}, "vars": {"deployer_host_ca": "ssh-ed25519 A"}}}
     path = tmp_path / "hosts.yml"
 
     def fingerprint(data):
@@ -121,7 +118,9 @@ def test_the_fingerprint_leaves_out_host_keys_and_nothing_else_of_the_inventory(
         return lifecycle._fingerprint(path, ClusterSpec(), st)
 
     first = fingerprint(inv)
-    inv["all"]["hosts"]["demo-master"]["deployer_host_keys"] = ["ssh-ed25519 B"]
     assert fingerprint(inv) == first
+    inv["all"]["vars"]["deployer_host_ca"] = "ssh-ed25519 B"
+    assert fingerprint(inv) != first
+    inv["all"]["vars"]["deployer_host_ca"] = "ssh-ed25519 A"
     inv["all"]["hosts"]["demo-master"]["private_ip"] = "10.0.0.11"
     assert fingerprint(inv) != first

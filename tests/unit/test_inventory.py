@@ -71,7 +71,9 @@ def test_groups_and_host_vars(tmp_path):
         2,
         0,
     )
-    assert w["deployer_host_keys"] == [boot.host_key(st, "demo-worker-2").public]  # bootstrap only, until rekey.py
+    assert "deployer_host_keys" not in w  # the nodes trust the cluster's host CA, not each key
+    assert inv["vars"]["deployer_host_ca"] == boot.ensure_host_ca(st)
+    assert inv["vars"]["deployer_host_ca"] == " ".join(boot.host_ca_path(st).with_suffix(".pub").read_text().split()[:2])
     assert inv["vars"]["deployer_cluster_cidr"] == "10.77.0.0/24"
     assert inv["vars"]["deployer_provider"] == "local"
 

@@ -84,8 +84,11 @@ class Sshd:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.pidfile = tmp / f"sshd-{self.port}.pid"
+        self.dropins = tmp / f"sshd-{self.port}.d"  # as a node's /etc/ssh/sshd_config.d
+        self.dropins.mkdir()
         config = tmp / f"sshd-{self.port}.conf"
         config.write_text(textwrap.dedent(f"""\
+            Include {self.dropins}/*.conf
             ListenAddress 127.0.0.1
             Port {self.port}
             HostKey {host_key_file}
@@ -113,6 +116,10 @@ class Sshd:
             return s.connect_ex(("127.0.0.1", self.port)) == 0
 
     def served_key(self) -> str:
+        for _ in range(50):  # the port is closed while sshd re-executes after a reload
+            if self.answers():
+                break
+            time.sleep(0.1)
         out = subprocess.run(["ssh-keyscan", "-t", "ed25519", "-p", str(self.port), "127.0.0.1"],
                              capture_output=True, text=True, timeout=30).stdout
         return " ".join(next(ln for ln in out.splitlines() if not ln.startswith("#")).split()[1:3])
@@ -138,6 +145,7 @@ def node(state, tmp_path, monkeypatch):
     monkeypatch.setattr(rekey, "ssh_argv", lambda st, n: ["ssh", "-p", str(sshd.port), "-o", f"User={me}",
                                                          "-o", f"HostKeyAlias={n.name}", "-F", str(st.ssh_config), n.name])
     monkeypatch.setattr(rekey, "KEY", str(live))
+    monkeypatch.setattr(rekey, "SSHD_DROPIN", str(sshd.dropins / "deployer-host-certificate.conf"))
     monkeypatch.setattr(rekey, "RELOAD", f'kill -HUP "$(cat {sshd.pidfile})"')
     monkeypatch.setattr(rekey, "AS_ROOT", [])
     cluster = typed(ONE)
@@ -186,6 +194,56 @@ def test_the_node_gets_a_key_of_its_own_and_the_user_datas_key_poses_as_it_no_mo
     assert refused.returncode == 255 and "Host key verification failed" in refused.stderr
     # Done once: the next `up` finds nothing to rotate and connects to nothing.
     assert rekey.rotate(state, cluster) == []
+
+
+def _ca_known_hosts(state, tmp_path):
+    """What ssh_mesh writes on every node: the cluster's host CA, no node's key."""
+    path = tmp_path / "ssh_known_hosts"
+    path.write_text(f"@cert-authority c-master,127.0.0.1 {boot.ensure_host_ca(state)}\n")
+    return path
+
+
+def test_the_new_key_is_certified_by_the_clusters_host_ca_and_the_ca_alone_lets_nodes_in(state, node, tmp_path):
+    sshd, cluster, live = node
+    bootstrap = boot.host_key(state, "c-master")
+    leaked = tmp_path / "from-user-data"
+    shutil.copy(bootstrap.private_path, leaked)
+    ca_only = _ca_known_hosts(state, tmp_path)
+    # The bootstrap key has no certificate: a node trusting only the CA refuses it.
+    assert _ssh(state, sshd, ca_only).returncode == 255
+
+    assert rekey.rotate(state, cluster) == ["c-master"]
+
+    cert = live.with_name(live.name + "-cert.pub").read_text()
+    listed = subprocess.run(["ssh-keygen", "-L", "-f", "-"], input=cert, capture_output=True, text=True, check=True).stdout
+    assert "host certificate" in listed and "c-master" in listed and "127.0.0.1" in listed
+    assert boot.read_cert(state, cluster.master) == " ".join(cert.split()[:2])
+    assert _ssh(state, sshd, ca_only).returncode == 0
+    assert rekey.certify(state, cluster) == []  # certified with its key: nothing more to do
+    impostor = Sshd(tmp_path, leaked, state.ssh_public_key)
+    try:
+        refused = _ssh(state, impostor, ca_only)
+    finally:
+        impostor.stop()
+    assert refused.returncode == 255 and "Host key verification failed" in refused.stderr
+
+
+def test_a_node_rotated_before_the_ca_gets_a_certificate_for_the_key_it_keeps(state, node, tmp_path):
+    sshd, cluster, live = node
+    assert rekey.rotate(state, cluster) == ["c-master"]
+    served = sshd.served_key()
+    boot.cert_path(state, "c-master").unlink()  # as a cluster rotated by a deployer without the CA
+    (sshd.dropins / "deployer-host-certificate.conf").unlink()
+    live.with_name(live.name + "-cert.pub").unlink()
+    os.kill(int(sshd.pidfile.read_text()), 1)  # SIGHUP: sshd reads its configuration again
+    ca_only = _ca_known_hosts(state, tmp_path)
+    assert _ssh(state, sshd, ca_only).returncode == 255
+    assert boot.needs_certificate(state, cluster.master)
+
+    assert rekey.certify(state, cluster) == ["c-master"]
+
+    assert sshd.served_key() == served and not boot.needs_certificate(state, cluster.master)
+    assert _ssh(state, sshd, ca_only).returncode == 0
 
 
 def test_a_node_that_cannot_make_a_key_is_named_and_keeps_its_bootstrap_key(state, node, monkeypatch):

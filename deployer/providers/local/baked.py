@@ -33,7 +33,8 @@ SEAL_TREES = ["var/lib/cloud", "var/log/journal", "var/cache/apt/archives", "roo
               "root/.config/pip", "tmp", "var/tmp"]
 SEAL_FILES = ["etc/machine-id", "var/lib/dbus/machine-id", "etc/munge/munge.key", "etc/pip.conf",
               "etc/apt/apt.conf.d/01deployer-package-cache", "var/lib/systemd/random-seed", "etc/resolv.conf"]
-SEAL_GLOBS = ["etc/ssh/ssh_host_*", "var/lib/apt/lists/*", "var/cache/apt/*.bin", "home/*/.ssh",
+SEAL_GLOBS = ["etc/ssh/ssh_host_*", "etc/ssh/sshd_config.d/deployer-host-certificate.conf",
+              "var/lib/apt/lists/*", "var/cache/apt/*.bin", "home/*/.ssh",
               "home/*/.config/pip", "home/*/.cache", "var/lib/apt/periodic/*"]
 
 
