@@ -314,59 +314,6 @@ def test_a_gpu_bake_is_refused_locally_before_anything_is_made(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_glance_save_waits_for_active_and_carries_the_manifest():
-    """Against a stand-in for openstacksdk's proxies (the test cloud runs the real one)."""
-    from types import SimpleNamespace
-
-    from deployer.providers.openstack.images import GlanceImages
-
-    m = manifest(name="baked-gpu-1", provider="openstack")
-    calls: list[tuple[str, object]] = []
-    server = SimpleNamespace(id="s1", status="ACTIVE", name="bake-1-master", image={"id": "base"})
-    image = SimpleNamespace(id="i1", name="baked-gpu-1", status="active", properties={})
-
-    class Compute:
-        def get_server(self, sid):
-            return server
-
-        def stop_server(self, s):
-            calls.append(("stop", s.id))
-
-        def wait_for_server(self, s, status, wait):
-            calls.append(("wait", status))
-
-        def create_server_image(self, s, name, metadata, wait, timeout):
-            calls.append(("createImage", (name, metadata, wait)))
-            return image
-
-        def servers(self, details=True):
-            return [SimpleNamespace(name="lab-master", image={"id": "i1"}), server]
-
-    class Image:
-        def get_image(self, iid):
-            return image
-
-        def update_image(self, img, **props):
-            calls.append(("update", props))
-            img.properties.update(props)
-
-        def images(self):
-            return [image]
-
-        def delete_image(self, img):
-            calls.append(("delete", img.id))
-
-    store = GlanceImages()
-    store._conn = SimpleNamespace(compute=Compute(), image=Image())
-    cluster = SimpleNamespace(master=SimpleNamespace(id="s1"))
-    where = store.save(None, cluster, "baked-gpu-1", m)  # type: ignore[arg-type]
-    assert "i1" in where
-    assert [c[0] for c in calls] == ["stop", "wait", "createImage", "update"]
-    assert calls[2][1] == ("baked-gpu-1", m.as_properties(), True)
-    assert store.lookup("baked-gpu-1") == m
-    assert store.users("baked-gpu-1") == ["server lab-master"]
-
-
 def test_the_baked_remount_unit_is_the_one_site_yml_writes():
     """The bake enables site.yml's unit in the image; the same text, so a node of the
     image finds it unchanged (no rewrite, no daemon-reload) when the shared dir is the same."""
