@@ -332,8 +332,11 @@ from deployer.tools import terraform
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signals.install()
 eng = terraform.engine(Path(sys.argv[1]), Path(sys.argv[2]), "terraform")
+def seen(ev):
+    print("event", ev["type"], flush=True)
+    (Path(sys.argv[3]) / "seen").write_text(ev["type"])
 try:
-    eng.apply(lambda ev: print("event", ev["type"], flush=True))
+    eng.apply(seen)
 except KeyboardInterrupt:
     print("state", (Path(sys.argv[3]) / "state").read_text() if (Path(sys.argv[3]) / "state").exists() else "not saved")
     sys.exit(130)
@@ -358,9 +361,13 @@ def test_a_named_binary_gets_one_graceful_interrupt_and_is_waited_for(tmp_path, 
                              str(bindir)], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
-        while not (bindir / "started").exists() and time.monotonic() < deadline:
+        # Interrupted once the deployer has handled the stand-in's first event, not merely
+        # once the stand-in printed it: the event's way through the reader thread is the
+        # deployer's, and a run once had the interrupt overtake it on a busy machine.
+        while not (bindir / "seen").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert (bindir / "started").exists(), "the stand-in never started"
+        assert (bindir / "seen").exists(), "the deployer never handled the stand-in's first event"
         if how == "one":
             proc.send_signal(signal.SIGINT)
         elif how == "two-a-few-ms-apart":
