@@ -46,8 +46,13 @@ FLAVORS = {
     "g1.vgpu": {"vcpus": 2, "ram": 2048, "disk": 20, "extra_specs": {"resources:VGPU": "1"}},
 }
 IMAGE = "Ubuntu 22.04"
-# Nova's [filter_scheduler] soft_affinity_weight_multiplier here (default 1.0): above the
-# sum of the spreading weighers (RAM, CPU, disk: 1.0 each), so soft-affinity packs.
+# Nova's [filter_scheduler] soft_affinity_weight_multiplier and
+# soft_anti_affinity_weight_multiplier here (default 1.0 each): above the sum of the
+# weighers that spread by free resources (RAM, vCPUs, disk, I/O ops: 1.0 each), so a
+# server group's soft policy wins over how busy the hosts are. The cloud tier runs many
+# clusters on these three hosts, so they are never equally busy: with the defaults, a node
+# of a soft spread made anew (lifecycle.spread_out) went back to the emptier host it
+# shared (a CI run, 2+1 on three hosts).
 SOFT_AFFINITY_WEIGHT = 10.0
 
 
@@ -153,9 +158,10 @@ class Configs:
             "conductor": {"workers": 1},
             "scheduler": {"workers": 1, "discover_hosts_in_cells_interval": 2},
             # docs/openstack.md, "Placement": Nova's own weighers (free RAM, vCPUs, disk) spread
-            # servers by default, and each counts as much as the soft-affinity weigher; a
-            # cloud that offers packing weighs its server groups above them, as here.
-            "filter_scheduler": {"soft_affinity_weight_multiplier": SOFT_AFFINITY_WEIGHT},
+            # servers by default, and each counts as much as a soft server-group weigher; a
+            # cloud that offers packing or spreading weighs its server groups above them, as here.
+            "filter_scheduler": {"soft_affinity_weight_multiplier": SOFT_AFFINITY_WEIGHT,
+                                 "soft_anti_affinity_weight_multiplier": SOFT_AFFINITY_WEIGHT},
             "oslo_concurrency": {"lock_path": self.run / "nova" / "locks"},
             "vnc": {"enabled": False},
             "oslo_messaging_notifications": {"driver": "noop"},
