@@ -129,7 +129,9 @@ def move_line(where: Mapping[str, str | None], node: str, now: str | None) -> st
     elif moved_closer(where, node, now):
         landed = f"on a host with {there} of the others"
     else:
-        landed = f"on a host with {there} of the others: no host with fewer took it, so the moves stop"
+        landed = (f"on a host with {there} of the others: no host with fewer took it (full, or Nova's weighers "
+                  f"of free RAM, vCPUs and disk outweigh the group's soft-anti-affinity on this cloud: "
+                  f"placement_hard: true insists), so the moves stop")
     return (f"placement: {node} shared {short_host(was)} with {others} other node(s) (Nova weighs "
             f"servers made at once before any has a host): made it anew; now {landed} ({short_host(now)})")
 
