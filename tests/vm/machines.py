@@ -55,6 +55,8 @@ class VM:
     user_data: Path
     volume_id: str | None = None  # the master's shared volume (a Cinder volume's UUID)
     server_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    memory_mb: int = MEMORY_MB
+    cpus: int = 1  # more than one: QEMU's multi-threaded TCG, a host thread each
 
     @property
     def dir(self) -> Path:
@@ -103,7 +105,7 @@ def start(vm: VM, image: Image) -> None:
     _ip("link", "set", vm.tap, "up")
     argv = [
         "qemu-system-x86_64", "-name", vm.name, "-machine", "pc", "-accel", TCG,
-        "-m", str(MEMORY_MB), "-smp", "1", "-nodefaults", "-no-user-config", "-vga", "none", "-display", "none",
+        "-m", str(vm.memory_mb), "-smp", str(vm.cpus), "-nodefaults", "-no-user-config", "-vga", "none", "-display", "none",
         "-uuid", vm.server_id,
         "-smbios", f"type=1,manufacturer=OpenStack Foundation,product=OpenStack Nova,uuid={vm.server_id},serial={vm.server_id}",
         "-kernel", str(image.kernel), "-initrd", str(image.initrd),

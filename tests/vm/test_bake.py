@@ -19,6 +19,7 @@ which would take most of an hour under emulation; the LXC and OpenStack bakes ru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -74,8 +75,10 @@ class Baked:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def _start(name: str, ip: int, state: ClusterState, image: Image, *, tap: str, volume_id: str | None = None) -> BakeVM:
-    vm = BakeVM(name, machines.SUBNET[ip], state.boot_dir / f"{name}.user-data", volume_id=volume_id, tap_suffix=tap)
+def _start(name: str, ip: int, state: ClusterState, image: Image, *, tap: str, volume_id: str | None = None,
+           **hardware: int) -> BakeVM:
+    vm = BakeVM(name, machines.SUBNET[ip], state.boot_dir / f"{name}.user-data", volume_id=volume_id, tap_suffix=tap,
+                **hardware)
     machines.stop(vm)  # a killed run's
     machines.start(vm, image)
     return vm
@@ -136,7 +139,10 @@ def baked(tmp_path_factory) -> Baked:
         bspec, bstate, bcluster, _ = _one_node("", BUILDER_IP, work / "builder",
                                                spec=image_build.builder_spec(ClusterSpec(
                                                    name="vmb", provider="openstack", nodes=2, ssh_user=USER), gpu=False))
-        builder_vm = _start(bcluster.master.name, BUILDER_IP, bstate, image, tap="bake")
+        # As `image build` sizes its builder (more memory than a node); two vCPUs: dpkg
+        # decompresses in a process of its own, and each vCPU is a host thread.
+        builder_vm = _start(bcluster.master.name, BUILDER_IP, bstate, image, tap="bake",
+                            memory_mb=image_build.BUILDER_MEMORY_MB, cpus=2)
         vms.append(builder_vm)
         _ready(bstate, bcluster, builder_vm)
         b = VMCluster(bstate, bspec, bcluster, inventory.write(bcluster, bspec, bstate), [builder_vm], work / "builder")
@@ -194,8 +200,10 @@ def baked(tmp_path_factory) -> Baked:
                 shutil.copy(vm.console, work / f"{vm.name}.console.log")
             machines.stop(vm)
         shutil.rmtree(BAKED_DIR, ignore_errors=True)
-        if made_bridge:
+        if made_bridge:  # nothing else of the harness was running
             subprocess.run(["ip", "link", "del", machines.BRIDGE], check=False, capture_output=True)
+            with contextlib.suppress(OSError):
+                machines.RUN_DIR.rmdir()
 
 
 def test_the_bake_installs_the_roles_packages_into_the_image(baked: Baked):
