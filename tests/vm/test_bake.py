@@ -14,7 +14,7 @@ the base image the NFS packages, and the node has no route to a mirror anyway), 
 changes nothing.
 
 Left out of the bake: its training-environment play (torch into the image, tag `runtime`),
-which would take most of an hour under emulation; the LXC and OpenStack bakes run it.
+GBs unpacked and byte-compiled under emulation (not tried); the local bake runs it.
 """
 
 from __future__ import annotations
