@@ -14,7 +14,7 @@ import secrets
 import shlex
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import image_manifest, lifecycle, ui
 from .cluster import Cluster
@@ -26,8 +26,12 @@ from .remote import ssh_argv, stream
 from .spec import ClusterSpec
 from .state import ClusterState
 
+if TYPE_CHECKING:
+    from .tools.ansible import PlayResult
+
 BUILDER_MEMORY_MB = 3072  # pip unpacks torch's GB of wheels: more than a node's default
 BUILDER_TTL = "3h"  # should every cleanup fail, `deployer gc` still finds the builder
+RUNTIME_TAG = "runtime"  # ansible/bake.yml's training-environment play
 # The seal on the builder itself, before it is saved: what belongs to this one machine or
 # to the builder's throwaway cluster goes (cloud-init's state and logs, so it runs again on
 # every node made from the image; the machine id; host keys; the cluster user's and root's
@@ -113,17 +117,25 @@ def builder_spec(spec: ClusterSpec, *, gpu: bool) -> ClusterSpec:
 
 def bake(run: lifecycle.UpRun, inv: Path, *, gpu: bool) -> dict[str, str | None]:
     """ansible/bake.yml on the builder; the versions it reports, for the manifest."""
-    from .tools.ansible import run_playbook
-
     ui.step("image build: the installing part of the roles (ansible/bake.yml)")
     with run.times.stage("ansible"):
-        play = run_playbook(inv, run.run_dir, playbook="bake.yml",
-                            extravars={"deployer_bake_gpu": gpu, "deployer_image_venv": image_manifest.IMAGE_VENV})
+        play = bake_play(inv, run.run_dir, gpu=gpu)
     versions = play.stats.get("image_versions")
     if not isinstance(versions, dict):
         raise OperationFailed("image build: the bake reported no versions (ansible/bake.yml's last play)",
                               log=run.run_dir / "ansible-events.jsonl")
     return {str(k): (str(v) if v is not None else None) for k, v in versions.items()}
+
+
+def bake_play(inv: Path, run_dir: Path, *, gpu: bool, runtime: bool = True) -> PlayResult:
+    """ansible/bake.yml with the variables `image build` gives it. runtime False leaves out
+    its last play (tag RUNTIME_TAG: the training environment, JupyterLab and the versions
+    report), for a builder that cannot install torch in reasonable time (an emulated VM)."""
+    from .tools.ansible import run_playbook
+
+    return run_playbook(inv, run_dir, playbook="bake.yml",
+                        extravars={"deployer_bake_gpu": gpu, "deployer_image_venv": image_manifest.IMAGE_VENV},
+                        skip_tags=None if runtime else [RUNTIME_TAG])
 
 
 def seal(state: ClusterState, cluster: Cluster) -> None:

@@ -122,10 +122,12 @@ def close_connections(control_dir: Path) -> None:
 
 
 def run_playbook(
-    inventory: Path, run_dir: Path, playbook: str = "site.yml", extravars: dict[str, Any] | None = None, limit: list[str] | None = None
+    inventory: Path, run_dir: Path, playbook: str = "site.yml", extravars: dict[str, Any] | None = None, limit: list[str] | None = None,
+    skip_tags: list[str] | None = None,
 ) -> PlayResult:
     """Run the playbook on every host, or on `limit` only (roles that need the master
-    delegate to it, so a worker configured alone still gets the cluster's key pair)."""
+    delegate to it, so a worker configured alone still gets the cluster's key pair);
+    plays and tasks tagged with one of `skip_tags` are left out."""
     import ansible_runner
 
     # ansible-playbook lives beside this interpreter (a venv that may not be activated).
@@ -205,6 +207,7 @@ def run_playbook(
                 envvars=env,
                 extravars=extravars or {},
                 limit=",".join(limit) if limit else None,
+                skip_tags=",".join(skip_tags) if skip_tags else None,
                 event_handler=on_event,
                 cancel_callback=cancel,
                 quiet=True,

@@ -57,6 +57,16 @@ def test_set_stats_reach_the_deployer(tmp_path):
     assert result.stats == {"bytes_from_outside": {"here": "counter text"}}
 
 
+def test_skip_tags_leave_the_tagged_tasks_out(tmp_path):
+    # How tests/vm/test_bake.py runs ansible/bake.yml without its training environment.
+    inv, run_dir = _play(tmp_path, [
+        {"name": "Kept", "ansible.builtin.command": "true", "changed_when": True},
+        {"name": "Left out", "ansible.builtin.fail": {"msg": "ran"}, "tags": ["runtime"]},
+    ])
+    result = run_playbook(inv, run_dir, playbook=str(tmp_path / "play.yml"), skip_tags=["runtime"])
+    assert result.total_changed == 1 and result.failures == []
+
+
 def test_host_key_checking_stays_on_under_ansible_runner(tmp_path):
     # ansible-runner turns it off unless told; then Mitogen's ssh ignores known_hosts
     # (tests/integration/test_boot.py proves the refusal on a live cluster).

@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from deployer import image_manifest
 from deployer.errors import PreflightError, UsageError
 from deployer.image_manifest import Manifest
+from deployer.paths import ansible_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -351,3 +353,22 @@ def test_up_warns_when_the_image_is_older_than_the_roles(monkeypatch):
     monkeypatch.setattr(baked, "lookup", lambda name: manifest(name=name))
     lifecycle.check_image(ClusterSpec(name="lab", image="baked-new"), None)
     assert said == []
+
+
+def test_bake_play_leaves_out_only_the_training_environment_when_asked(monkeypatch, tmp_path):
+    from deployer import image_build
+    from deployer.tools import ansible
+
+    calls = []
+    monkeypatch.setattr(ansible, "run_playbook", lambda *a, **kw: calls.append((a, kw)))
+    image_build.bake_play(tmp_path / "hosts.yml", tmp_path, gpu=False)
+    image_build.bake_play(tmp_path / "hosts.yml", tmp_path, gpu=True, runtime=False)
+    assert [kw["playbook"] for _, kw in calls] == ["bake.yml", "bake.yml"]
+    assert [kw["skip_tags"] for _, kw in calls] == [None, [image_build.RUNTIME_TAG]]
+    assert calls[1][1]["extravars"] == {"deployer_bake_gpu": True, "deployer_image_venv": image_manifest.IMAGE_VENV}
+    # The tag is on the training environment's play alone, the one that reports the versions.
+    plays = yaml.safe_load((ansible_dir() / "bake.yml").read_text())
+    tagged = [p for p in plays if image_build.RUNTIME_TAG in p.get("tags", [])]
+    assert len(tagged) == 1 and "training environment" in tagged[0]["name"]
+    assert any("set_stats" in str(t) for t in tagged[0]["tasks"])
+    assert not any(image_build.RUNTIME_TAG in str(t.get("tags", "")) for p in plays for t in p["tasks"])

@@ -87,10 +87,11 @@ def _why_not() -> str | None:
     return None
 
 
-def _cluster(spec: ClusterSpec, volume_id: str) -> dict[str, Any]:
-    """What terraform/openstack's `cluster` output would say about these two servers."""
+def cluster_output(spec: ClusterSpec, volume_id: str, first_ip: int = 10) -> dict[str, Any]:
+    """What terraform/openstack's `cluster` output would say about these servers, the
+    master at SUBNET[first_ip] and each worker at the next address."""
     names = spec.node_names()
-    ips = [machines.SUBNET[10 + i] for i in range(len(names))]
+    ips = [machines.SUBNET[first_ip + i] for i in range(len(names))]
     return {
         "name": spec.name, "provider": "openstack", "ssh_user": USER, "shared_dir": spec.shared_dir,
         "access": "via_master", "shared_storage": "nfs", "machine": {"image": "debian-12 (emulated)", "flavor": "tcg"},
@@ -116,7 +117,7 @@ def vm_cluster(tmp_path_factory) -> VMCluster:
     state.create()
     boot.write_user_data(spec, state)
     volume_id = str(uuid.uuid4())
-    cluster = Cluster.parse(_cluster(spec, volume_id))
+    cluster = Cluster.parse(cluster_output(spec, volume_id))
     vms = [machines.VM(n.name, ipaddress.IPv4Address(n.private_ip), state.boot_dir / f"{n.name}.user-data",
                        volume_id=volume_id if n.is_master else None)
            for n in cluster.nodes]

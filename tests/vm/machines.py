@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -54,6 +55,8 @@ class VM:
     user_data: Path
     volume_id: str | None = None  # the master's shared volume (a Cinder volume's UUID)
     server_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    memory_mb: int = MEMORY_MB
+    cpus: int = 1  # more than one: QEMU's multi-threaded TCG, a host thread each
 
     @property
     def dir(self) -> Path:
@@ -76,6 +79,14 @@ class VM:
     def pidfile(self) -> Path:
         return self.dir / "qemu.pid"
 
+    @property
+    def qmp(self) -> Path:
+        return self.dir / "qmp.sock"
+
+    @property
+    def root_disk(self) -> Path:
+        return self.dir / "root.qcow2"  # an overlay on the image the VM was started from
+
 
 def network_up() -> None:
     """The private bridge (the host at .1: it plays the master's floating IP's router) and no route out."""
@@ -86,7 +97,7 @@ def network_up() -> None:
 
 def start(vm: VM, image: Image) -> None:
     vm.dir.mkdir(parents=True, exist_ok=True)
-    overlay = vm.dir / "root.qcow2"
+    overlay = vm.root_disk
     _run("qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(image.disk), str(overlay))
     drive = config_drive(vm)
     _ip("tuntap", "add", "dev", vm.tap, "mode", "tap")
@@ -94,7 +105,7 @@ def start(vm: VM, image: Image) -> None:
     _ip("link", "set", vm.tap, "up")
     argv = [
         "qemu-system-x86_64", "-name", vm.name, "-machine", "pc", "-accel", TCG,
-        "-m", str(MEMORY_MB), "-smp", "1", "-nodefaults", "-no-user-config", "-vga", "none", "-display", "none",
+        "-m", str(vm.memory_mb), "-smp", str(vm.cpus), "-nodefaults", "-no-user-config", "-vga", "none", "-display", "none",
         "-uuid", vm.server_id,
         "-smbios", f"type=1,manufacturer=OpenStack Foundation,product=OpenStack Nova,uuid={vm.server_id},serial={vm.server_id}",
         "-kernel", str(image.kernel), "-initrd", str(image.initrd),
@@ -105,6 +116,8 @@ def start(vm: VM, image: Image) -> None:
         "-netdev", f"tap,id=net0,ifname={vm.tap},script=no,downscript=no",
         "-device", f"virtio-net-pci,netdev=net0,mac={vm.mac},addr=0x3",
         "-drive", f"file={drive},if=ide,media=cdrom,readonly=on",
+        # QMP: power_off() presses the ACPI power button, as Nova's stop does.
+        "-qmp", f"unix:{vm.qmp},server=on,wait=off",
         "-pidfile", str(vm.pidfile), "-daemonize",
     ]
     if vm.volume_id:
@@ -114,6 +127,45 @@ def start(vm: VM, image: Image) -> None:
         argv += ["-drive", f"if=none,id=vol,file={volume},format=qcow2,cache=unsafe",
                  "-device", f"virtio-blk-pci,drive=vol,serial={vm.volume_id},addr=0x6"]
     _run(*argv)
+
+
+def power_off(vm: VM, timeout_s: float = 300) -> None:
+    """A clean shutdown by the guest (the ACPI power button, as Nova's `stop`); returns once
+    QEMU has exited, its disks closed."""
+    pid = int(vm.pidfile.read_text().strip())
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect(str(vm.qmp))
+        f = s.makefile("rw")
+        f.readline()  # the greeting
+        for command in ("qmp_capabilities", "system_powerdown"):
+            f.write(json.dumps({"execute": command}) + "\n")
+            f.flush()
+            while "return" not in (reply := json.loads(f.readline())):
+                if "error" in reply:
+                    raise RuntimeError(f"{vm.name}: QMP {command}: {reply['error']}")
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{vm.name} did not power off in {timeout_s:.0f} s (console: {vm.console})")
+        time.sleep(0.5)
+
+
+def save_disk(vm: VM, dest: Path) -> None:
+    """The stopped VM's disk as a standalone qcow2 (its overlay and the image under it, merged)."""
+    _run("qemu-img", "convert", "-O", "qcow2", str(vm.root_disk), str(dest))
+
+
+def stop(vm: VM) -> None:
+    """This VM alone: its QEMU, tap and files (cleanup() is every VM of the harness)."""
+    if vm.pidfile.exists():
+        _kill(vm.pidfile)
+    subprocess.run(["ip", "link", "del", vm.tap], check=False, capture_output=True)
+    shutil.rmtree(vm.dir, ignore_errors=True)
+
+
+def network_exists() -> bool:
+    return subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode == 0
 
 
 def config_drive(vm: VM) -> Path:
