@@ -86,10 +86,11 @@ def build(spec: ClusterSpec, state_root: Path, *, gpu: bool, name: str | None = 
             if setup:
                 lifecycle.wait_for_nodes(run, cluster, list(cluster.names))
                 versions = bake(run, inv, gpu=gpu)
-                with run.times.stage("seal"):
-                    seal(state, cluster)
             manifest = image_manifest.new(image_name, spec.provider, gpu=gpu and setup, base=store.base(spec),
                                           versions=versions, at=at.isoformat(timespec="seconds"))
+            if setup:
+                with run.times.stage("seal"):
+                    seal(state, cluster, manifest)
             with run.times.stage("save"):
                 ui.step(f"image build: saving {image_name}")
                 where = store.save(state, cluster, image_name, manifest)
@@ -138,12 +139,25 @@ def bake_play(inv: Path, run_dir: Path, *, gpu: bool, runtime: bool = True) -> P
                         skip_tags=None if runtime else [RUNTIME_TAG])
 
 
-def seal(state: ClusterState, cluster: Cluster) -> None:
-    """SEAL_SCRIPT on the builder, as root; the last thing that reaches it over SSH."""
-    argv = [*ssh_argv(state, cluster.master), "sudo bash -c " + shlex.quote(SEAL_SCRIPT)]
+def seal(state: ClusterState, cluster: Cluster, manifest: Manifest) -> None:
+    """The manifest into the builder's disk (image_manifest.MANIFEST_PATH), then SEAL_SCRIPT,
+    as root: the last thing that reaches it over SSH.
+
+    The file is what a node's common role reads (with the package list, one round trip):
+    without it a node of the image installs everything again. On OpenStack the snapshot
+    carries the disk as it is, so the file must be on it before the save (Glance's
+    properties are for `image list` and the preflight; no node reads them)."""
+    argv = [*ssh_argv(state, cluster.master), "sudo bash -c " + shlex.quote(manifest_script(manifest) + SEAL_SCRIPT)]
     rc, out, err = stream(argv, timeout=300)
     if rc != 0:
         raise OperationFailed(f"image build: sealing the builder failed ({rc}): {(err or out).strip()[-300:]}")
+
+
+def manifest_script(manifest: Manifest, path: str = image_manifest.MANIFEST_PATH) -> str:
+    """Shell that writes `manifest` where the roles read it, root's and readable by all."""
+    return (f"install -d -m 0755 {shlex.quote(str(Path(path).parent))} && "
+            f"printf '%s\\n' {shlex.quote(manifest.to_json())} > {shlex.quote(path)} && chmod 0644 {shlex.quote(path)} "
+            f"|| exit 1\n")
 
 
 def manifest_dict(m: Manifest) -> dict[str, Any]:

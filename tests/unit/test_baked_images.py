@@ -372,3 +372,23 @@ def test_bake_play_leaves_out_only_the_training_environment_when_asked(monkeypat
     assert len(tagged) == 1 and "training environment" in tagged[0]["name"]
     assert any("set_stats" in str(t) for t in tagged[0]["tasks"])
     assert not any(image_build.RUNTIME_TAG in str(t.get("tags", "")) for p in plays for t in p["tasks"])
+
+
+def test_the_seal_writes_the_manifest_where_the_common_role_reads_it(tmp_path):
+    """image_build.seal's first lines, run by bash: the file a node of the image reads
+    (an OpenStack snapshot carries the disk only; Glance's properties reach no node)."""
+    import subprocess
+
+    from deployer import image_build
+
+    m = manifest(name="baked-cpu-x", torch="torch==2.13.0+cpu")
+    path = tmp_path / "etc" / "deployer" / "image.json"
+    script = image_build.manifest_script(m, str(path))
+    assert subprocess.run(["bash", "-c", script + "echo sealed"], capture_output=True, text=True).stdout == "sealed\n"
+    assert image_manifest.parse(path.read_text()) == m
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 and path.read_text().count("\n") == 1
+    # A write that fails stops the seal: no image without its manifest.
+    (tmp_path / "a-file").write_text("")  # no directory can be made under it, not even by root
+    bad = image_build.manifest_script(m, str(tmp_path / "a-file" / "deployer" / "image.json"))
+    failed = subprocess.run(["bash", "-c", bad + "echo sealed"], capture_output=True, text=True)
+    assert failed.returncode == 1 and "sealed" not in failed.stdout

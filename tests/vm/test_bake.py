@@ -15,12 +15,20 @@ changes nothing.
 
 Left out of the bake: its training-environment play (torch into the image, tag `runtime`),
 GBs unpacked and byte-compiled under emulation (not tried); the local bake runs it.
+
+The bake takes ~10 min under emulation, so its disk is kept on the machine (CACHE/baked),
+with what was observed of the builder and the bake's play, keyed by a hash of everything
+that goes into it (bake_key: the base image's stamp, the installing roles, bake.yml, the
+deployer's bake and seal, this harness). A run that finds it boots the node from it and
+says so; any change to those inputs bakes again, as does DEPLOYER_VM_REBAKE=1.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -31,16 +39,18 @@ from typing import Any
 
 import pytest
 
-from deployer import image_build
+from deployer import image_build, image_manifest
 from deployer.cluster import Cluster
+from deployer.paths import ansible_dir
 from deployer.pipeline import boot, inventory, readiness
+from deployer.providers.local.host import file_lock
 from deployer.spec import ClusterSpec
 from deployer.state import ClusterState
 from deployer.tools.ansible import PlayResult, close_connections
 
 from . import machines, package_proxy
 from .conftest import BOOT_TIMEOUT_S, USER, VMCluster, _why_not, cluster_output, site_play
-from .image import Image, ensure_image
+from .image import CACHE, Image, ensure_image, stamp
 
 # Addresses and tap names of their own: these VMs may run beside conftest's two.
 BUILDER_IP, NODE_IP = 30, 31
@@ -49,7 +59,8 @@ BAKED_PACKAGES = ["pciutils", "iperf3", "openmpi-bin", "libopenmpi-dev", "munge"
                   "prometheus-node-exporter", "prometheus", "prometheus-pushgateway"]
 PLAYS = ("Shared storage", "NVIDIA driver")
 INSTALLING_ACTIONS = ("apt", "package", "pip", "dpkg_selections")
-BAKED_DIR = machines.RUN_DIR / "baked"  # machines.cleanup() removes a killed run's too
+BAKE_CACHE = CACHE / "baked"
+HERE = Path(__file__).parent
 
 
 @dataclass
@@ -64,15 +75,27 @@ class BakeVM(machines.VM):
 @dataclass
 class Baked:
     node: VMCluster
-    builder_before: dict[str, str]  # what the builder looked like, by what it was asked
-    builder_key: str  # the builder's cluster user's public key
+    made: dict[str, Any]  # made.json beside the saved disk: the builder before the bake, the bake's play, the manifest
+    baked_now: bool  # False: the disk came from the machine's cache (bake_key)
     saved_backing: str | None  # the saved disk's backing file (None: standalone)
-    bake: PlayResult
     first: PlayResult
     second: PlayResult
     packages_before: str
     packages_after_first: str
     seconds: dict[str, float] = field(default_factory=dict)
+
+
+def bake_key() -> str:
+    """Of everything a bake here is made of: another value, another bake."""
+    h = hashlib.sha256(f"{stamp()} {image_manifest.roles_hash()} {sorted(BAKED_PACKAGES)}".encode())
+    ansible = ansible_dir()
+    for f in [ansible / "bake.yml", ansible / "ansible.cfg", *sorted((ansible / "group_vars").rglob("*.yml")),
+              *sorted((ansible / "filter_plugins").rglob("*.py")),
+              Path(image_build.__file__), HERE / "test_bake.py", HERE / "machines.py", HERE / "package_proxy.py",
+              HERE / "conftest.py"]:
+        h.update(f.name.encode())
+        h.update(f.read_bytes() if f.exists() else b"-")
+    return h.hexdigest()[:16]
 
 
 def _start(name: str, ip: int, state: ClusterState, image: Image, *, tap: str, volume_id: str | None = None,
@@ -121,6 +144,74 @@ def _installing_changes(c: VMCluster, label: str) -> list[str]:
             and str(e["event_data"].get("task_action", "")).rsplit(".", 1)[-1] in INSTALLING_ACTIONS]
 
 
+def _bake(work: Path, image: Image, into: Path, vms: list[BakeVM]) -> dict[str, Any]:
+    """The builder booted, baked, sealed with a manifest, powered off and its disk saved
+    as `into`/root.qcow2; what was seen of it, for made.json."""
+    seconds: dict[str, float] = {}
+    t = time.monotonic()
+    # The builder: `image build`'s own one-node spec of a cluster's spec, booted from the base image.
+    bspec, bstate, bcluster, _ = _one_node("", BUILDER_IP, work / "builder",
+                                           spec=image_build.builder_spec(ClusterSpec(
+                                               name="vmb", provider="openstack", nodes=2, ssh_user=USER), gpu=False))
+    # As `image build` sizes its builder (more memory than a node); two vCPUs: dpkg
+    # decompresses in a process of its own, and each vCPU is a host thread.
+    builder_vm = _start(bcluster.master.name, BUILDER_IP, bstate, image, tap="bake",
+                        memory_mb=image_build.BUILDER_MEMORY_MB, cpus=2)
+    vms.append(builder_vm)
+    _ready(bstate, bcluster, builder_vm)
+    b = VMCluster(bstate, bspec, bcluster, inventory.write(bcluster, bspec, bstate), [builder_vm], work / "builder")
+    seconds["builder boot"] = time.monotonic() - t
+    before = _facts(b, b.master)
+
+    t = time.monotonic()
+    with package_proxy.serving() as proxy:
+        host, port = proxy.server_address[:2]
+        # The file the common role writes for the cluster's package cache; the seal removes it.
+        b.sudo(b.master, f"echo 'Acquire::http::Proxy \"http://{host}:{port}\";' "
+                         f"> /etc/apt/apt.conf.d/01deployer-package-cache")
+        bake = image_build.bake_play(b.inventory, b.workdir / "runs" / "bake", gpu=False, runtime=False)
+    seconds["bake"] = time.monotonic() - t
+
+    t = time.monotonic()
+    # No versions: the play that reports them is the training environment's, left out here.
+    manifest = image_manifest.new(f"vm-bake-{bake_key()}", "openstack", gpu=False, base="debian 12 (tests/vm)",
+                                  versions={}, at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()))
+    image_build.seal(bstate, bcluster, manifest)
+    close_connections(b.workdir / "cp")  # Ansible's ControlPersist masters, before the machine goes
+    machines.power_off(builder_vm)
+    machines.save_disk(builder_vm, into / "root.qcow2")
+    machines.stop(builder_vm)
+    seconds["seal, power off, save"] = time.monotonic() - t
+    return {"builder_before": before, "builder_key": bstate.ssh_public_key.read_text().split()[1],
+            "bake_changed": bake.total_changed, "bake_failures": bake.failures, "manifest": json.loads(manifest.to_json()),
+            "requests_through_proxy": proxy.requests, "seconds": seconds,
+            "made_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+
+
+def _baked_disk(work: Path, image: Image, vms: list[BakeVM]) -> tuple[Path, dict[str, Any], bool]:
+    """The saved disk of a bake of these inputs, its made.json, and whether it was baked
+    now: from the machine's cache when one of the same key is there."""
+    key = bake_key()
+    kept = BAKE_CACHE / key
+    with file_lock(CACHE / "bake.lock"):
+        fresh = not (kept / "made.json").exists() or os.environ.get("DEPLOYER_VM_REBAKE") == "1"
+        if fresh:
+            BAKE_CACHE.mkdir(parents=True, exist_ok=True)
+            staging = BAKE_CACHE / f".staging-{key}"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            try:
+                made = _bake(work, image, staging, vms)
+                (staging / "made.json").write_text(json.dumps(made, indent=1) + "\n")
+                for old in BAKE_CACHE.iterdir():  # one bake kept: the current one
+                    if old != staging:
+                        shutil.rmtree(old, ignore_errors=True)
+                staging.rename(kept)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    return kept / "root.qcow2", json.loads((kept / "made.json").read_text()), fresh
+
+
 @pytest.fixture(scope="module")
 def baked(tmp_path_factory) -> Baked:
     reason = _why_not()
@@ -135,46 +226,16 @@ def baked(tmp_path_factory) -> Baked:
     try:
         if made_bridge:
             machines.network_up()
-        # The builder: `image build`'s own one-node spec of a cluster's spec, booted from the base image.
-        bspec, bstate, bcluster, _ = _one_node("", BUILDER_IP, work / "builder",
-                                               spec=image_build.builder_spec(ClusterSpec(
-                                                   name="vmb", provider="openstack", nodes=2, ssh_user=USER), gpu=False))
-        # As `image build` sizes its builder (more memory than a node); two vCPUs: dpkg
-        # decompresses in a process of its own, and each vCPU is a host thread.
-        builder_vm = _start(bcluster.master.name, BUILDER_IP, bstate, image, tap="bake",
-                            memory_mb=image_build.BUILDER_MEMORY_MB, cpus=2)
-        vms.append(builder_vm)
-        _ready(bstate, bcluster, builder_vm)
-        b = VMCluster(bstate, bspec, bcluster, inventory.write(bcluster, bspec, bstate), [builder_vm], work / "builder")
-        seconds["builder boot"] = time.monotonic() - t0
-        before = _facts(b, b.master)
-
-        t = time.monotonic()
-        with package_proxy.serving() as proxy:
-            host, port = proxy.server_address[:2]
-            # The file the common role writes for the cluster's package cache; the seal removes it.
-            b.sudo(b.master, f"echo 'Acquire::http::Proxy \"http://{host}:{port}\";' "
-                             f"> /etc/apt/apt.conf.d/01deployer-package-cache")
-            bake = image_build.bake_play(b.inventory, b.workdir / "runs" / "bake", gpu=False, runtime=False)
-        seconds["bake"] = time.monotonic() - t
-
-        t = time.monotonic()
-        image_build.seal(bstate, bcluster)
-        close_connections(b.workdir / "cp")  # Ansible's ControlPersist masters, before the machine goes
-        machines.power_off(builder_vm)
-        shutil.rmtree(BAKED_DIR, ignore_errors=True)
-        BAKED_DIR.mkdir(parents=True)
-        machines.save_disk(builder_vm, BAKED_DIR / "root.qcow2")
-        machines.stop(builder_vm)
-        info = json.loads(subprocess.run(["qemu-img", "info", "--output=json", str(BAKED_DIR / "root.qcow2")],
+        disk, made, fresh = _baked_disk(work, image, vms)
+        seconds.update(made["seconds"] if fresh else {"bake": 0.0})
+        info = json.loads(subprocess.run(["qemu-img", "info", "--output=json", str(disk)],
                                          text=True, capture_output=True, check=True).stdout)
-        seconds["seal, power off, save"] = time.monotonic() - t
 
         # A node of another cluster, from the saved disk (the kernel is booted from outside, as for every VM here).
         t = time.monotonic()
         nspec, nstate, ncluster, volume_id = _one_node("vmn", NODE_IP, work / "node", gpus=1, volume=True)
-        node_vm = _start(ncluster.master.name, NODE_IP, nstate,
-                         Image(BAKED_DIR / "root.qcow2", image.kernel, image.initrd), tap="baked", volume_id=volume_id)
+        node_vm = _start(ncluster.master.name, NODE_IP, nstate, Image(disk, image.kernel, image.initrd),
+                         tap="baked", volume_id=volume_id)  # an overlay over it: the kept disk is not written
         vms.append(node_vm)
         _ready(nstate, ncluster, node_vm)
         node = VMCluster(nstate, nspec, ncluster, inventory.write(ncluster, nspec, nstate), [node_vm], work / "node")
@@ -190,16 +251,17 @@ def baked(tmp_path_factory) -> Baked:
         second = node.play(plays, "second")
         seconds["the same again"] = time.monotonic() - t
         seconds["total"] = time.monotonic() - t0
-        print("bake on VMs: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
-              + f"; {proxy.requests} requests through the package proxy")
-        yield Baked(node, before, bstate.ssh_public_key.read_text().split()[1], info.get("backing-filename"),
-                    bake, first, second, packages_before, packages_after, seconds)
+        where = (f"baked now, {made['requests_through_proxy']} requests through the package proxy" if fresh else
+                 f"the bake of {made['made_at']} from this machine's cache ({disk.parent}; same inputs: "
+                 f"DEPLOYER_VM_REBAKE=1 bakes again; that bake took {made['seconds']['bake']:.0f} s)")
+        print("bake on VMs: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()) + f"; {where}")
+        yield Baked(node, made, fresh, info.get("backing-filename"), first, second, packages_before, packages_after,
+                    seconds)
     finally:
         for vm in vms:
             if vm.console.exists():
                 shutil.copy(vm.console, work / f"{vm.name}.console.log")
             machines.stop(vm)
-        shutil.rmtree(BAKED_DIR, ignore_errors=True)
         if made_bridge:  # nothing else of the harness was running
             subprocess.run(["ip", "link", "del", machines.BRIDGE], check=False, capture_output=True)
             with contextlib.suppress(OSError):
@@ -208,10 +270,20 @@ def baked(tmp_path_factory) -> Baked:
 
 def test_the_bake_installs_the_roles_packages_into_the_image(baked: Baked):
     # Not on the base image, all on the node of the bake.
-    assert set(baked.builder_before["missing"].split()) == set(BAKED_PACKAGES)
+    assert set(baked.made["builder_before"]["missing"].split()) == set(BAKED_PACKAGES)
     assert _facts(baked.node, baked.node.master)["missing"] == ""
-    assert baked.bake.total_changed > 0 and not baked.bake.failures
+    assert baked.made["bake_changed"] > 0 and not baked.made["bake_failures"]
     assert baked.saved_backing is None  # a standalone disk, as an image in Glance is
+
+
+def test_the_image_carries_its_manifest_where_the_roles_read_it(baked: Baked):
+    """The seal wrote it into the disk: what a node of an OpenStack bake reads (the
+    snapshot carries the disk only; Glance's properties reach no node)."""
+    c = baked.node
+    on_node = image_manifest.parse(c.sudo(c.master, f"cat {image_manifest.MANIFEST_PATH}"))
+    assert on_node is not None and json.loads(on_node.to_json()) == baked.made["manifest"]
+    assert on_node.roles_hash == image_manifest.roles_hash() and not on_node.gpu
+    assert c.sudo(c.master, f"stat -c '%a %U' {image_manifest.MANIFEST_PATH}").strip() == "644 root"
 
 
 def test_the_node_of_the_image_is_a_new_machine(baked: Baked):
@@ -219,12 +291,13 @@ def test_the_node_of_the_image_is_a_new_machine(baked: Baked):
     now = _facts(c, c.master)
     # cloud-init ran again: this server's instance id, the host key of this node's user-data
     # (the deployer's pinned known_hosts let the SSH in), a machine-id of its own.
-    assert now["instance_id"] == c.vms[0].server_id != baked.builder_before["instance_id"]
-    assert now["host_key"] != baked.builder_before["host_key"]
-    assert len(now["machine_id"]) == 32 and now["machine_id"] != baked.builder_before["machine_id"]
+    before = baked.made["builder_before"]
+    assert now["instance_id"] == c.vms[0].server_id != before["instance_id"]
+    assert now["host_key"] != before["host_key"]
+    assert len(now["machine_id"]) == 32 and now["machine_id"] != before["machine_id"]
     # The cluster user holds this cluster's key alone, nothing of the builder's.
     keys = c.sudo(c.master, f"cat ~{USER}/.ssh/authorized_keys")
-    assert baked.builder_key not in keys and c.state.ssh_public_key.read_text().split()[1] in keys
+    assert baked.made["builder_key"] not in keys and c.state.ssh_public_key.read_text().split()[1] in keys
     # The builder's package-proxy setting, package lists and logs were sealed away.
     assert c.ssh(c.master, "test -e /etc/apt/apt.conf.d/01deployer-package-cache").returncode == 1
     assert c.sudo(c.master, "find /var/lib/apt/lists -name '*Packages*'") == ""
