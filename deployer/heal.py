@@ -112,10 +112,39 @@ def drain(state: ClusterState, cluster: Cluster, node: str, why: str, wait_jobs:
         time.sleep(10)
 
 
-def resume(state: ClusterState, cluster: Cluster, node: str) -> None:
-    rc, out = _slurm(state, cluster, f"sudo -n scontrol update nodename={shlex.quote(node)} state=resume")
+RESPOND_WAIT_S = 120  # past slurmctld's next ping (SlurmdTimeout/3: 100 s by default)
+
+
+def resume(state: ClusterState, cluster: Cluster, node: str) -> str:
+    """Resume `node` in Slurm and wait until slurmctld hears from it; how it was resumed
+    ("resumed in Slurm", or why no job goes there yet).
+
+    A replaced node may still carry a ping slurmctld sent while it was being made anew
+    (sinfo's `idle*`: not responding, no job goes there) until the next ping, up to 100 s
+    later; seen in a CI run right after heal. slurmd's registration clears it at once, so
+    a node still not responding after 10 s gets its slurmd restarted (it runs no job: it
+    was drained until now)."""
+    q = shlex.quote(node)
+    rc, out = _slurm(state, cluster, f"sudo -n scontrol update nodename={q} state=resume")
     if rc != 0 and "Invalid node state specified" not in out:  # not drained any more: nothing to undo
         raise DeployerError(f"heal: could not resume {node} in Slurm: {out.splitlines()[-1] if out else rc}")
+    from .slurm import not_ready
+
+    began, nudged = time.monotonic(), False
+    while True:
+        rc, out = _slurm(state, cluster, f"sinfo --noheader --Node --nodes={q} --format='%N %T'")
+        late = not_ready(out, [node]) if rc == 0 else [f"{node}: sinfo failed ({out[-100:]})"]
+        if not late:
+            return "resumed in Slurm"
+        waited = time.monotonic() - began
+        if waited > RESPOND_WAIT_S:
+            ui.warn(f"heal: {node} is resumed, but slurmctld does not hear from it after {waited:.0f}s ({late[0]}): "
+                    f"look at `systemctl status slurmd` on it")
+            return f"resumed in Slurm, not responding yet ({late[0]})"
+        if waited > 10 and not nudged:
+            _slurm(state, cluster, f"ssh -o BatchMode=yes {q} sudo -n systemctl restart slurmd")
+            nudged = True
+        time.sleep(2)
 
 
 def heal(state: ClusterState, *, act: bool, dry_run: bool, wait_jobs: bool = True,
@@ -173,9 +202,7 @@ def _replace(spec: ClusterSpec, state: ClusterState, cluster: Cluster, d: Decisi
         ui.error(f"heal: {d.node}: {d.result}")
         _note(state, cluster, d, started, proved=False)
         return
-    if slurm:
-        resume(state, cluster, d.node)
-    d.result = "replaced, standard check passed" + (", resumed in Slurm" if slurm else "")
+    d.result = "replaced, standard check passed" + (f", {resume(state, cluster, d.node)}" if slurm else "")
     entry = _note(state, cluster, d, started, proved=True)
     ui.ok(f"heal: {d.node} {d.result}; {entry['node_hours_lost']:.2f} node-hours lost")
 
@@ -199,9 +226,8 @@ def _prove(spec: ClusterSpec, state: ClusterState, cluster: Cluster, d: Decision
         d.result = f"standard check failed again: {mine.reason() if mine else 'the node was not checked'}; left drained"
         ui.error(f"heal: {d.node}: {d.result}")
         return
-    resume(state, cluster, d.node)
-    d.result = "replaced, standard check passed, resumed in Slurm"
-    ui.ok(f"heal: {d.node}: standard check passed, resumed in Slurm")
+    d.result = f"replaced, standard check passed, {resume(state, cluster, d.node)}"
+    ui.ok(f"heal: {d.node}: {d.result}")
 
 
 def _note(state: ClusterState, cluster: Cluster, d: Decision, started: float, proved: bool) -> dict[str, Any]:

@@ -146,6 +146,42 @@ def test_drain_waits_for_the_nodes_jobs_unless_now(monkeypatch):
     assert len(said) == 1
 
 
+def test_resume_waits_until_slurmctld_hears_from_the_node_and_restarts_its_slurmd_once(monkeypatch):
+    # sinfo's "idle*" (not responding: no job goes there) right after the resume, as a CI
+    # run saw after a replacement; slurmd's restart makes it register at once.
+    clock = [0.0]
+    said: list[str] = []
+    responding_after_restart = []
+
+    def fake(state, cluster, cmd, timeout=60):
+        said.append(cmd)
+        if cmd.startswith("sinfo"):
+            return 0, "demo-worker-1 idle" if responding_after_restart else "demo-worker-1 idle*"
+        if "systemctl restart slurmd" in cmd:
+            responding_after_restart.append(True)
+        return 0, ""
+
+    monkeypatch.setattr(heal, "_slurm", fake)
+    monkeypatch.setattr(heal.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(heal.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    assert heal.resume(None, _cluster(), "demo-worker-1") == "resumed in Slurm"
+    assert said[0] == "sudo -n scontrol update nodename=demo-worker-1 state=resume"
+    restarts = [c for c in said if "restart slurmd" in c]
+    assert restarts == ["ssh -o BatchMode=yes demo-worker-1 sudo -n systemctl restart slurmd"]
+    assert said.index(restarts[0]) > 5  # not before 10 s of waiting: a ping usually clears it first
+
+    # A node that never answers: heal says so in its result, after RESPOND_WAIT_S, and goes on.
+    said.clear()
+    clock[0] = 0.0
+    monkeypatch.setattr(heal, "_slurm", lambda state, cluster, cmd, timeout=60: (
+        said.append(cmd), (0, "demo-worker-1 down*" if cmd.startswith("sinfo") else ""))[1])
+    warned: list[str] = []
+    monkeypatch.setattr(heal.ui, "warn", warned.append)
+    assert heal.resume(None, _cluster(), "demo-worker-1") == "resumed in Slurm, not responding yet (demo-worker-1: down*)"
+    assert clock[0] > heal.RESPOND_WAIT_S and sum("restart slurmd" in c for c in said) == 1
+    assert len(warned) == 1 and "systemctl status slurmd" in warned[0]
+
+
 def test_a_write_the_master_does_not_see_fails_shared_dir_since_the_last_one_it_saw():
     # worker-1's /shared is a node-local directory since NOW - 300: its writes stop reaching the master
     records = {"demo-master": _record("pass") | {"shared_written_at": NOW - 10},
