@@ -89,6 +89,8 @@ def save(builder: str, name: str, manifest: Manifest) -> Path:
             staging.mkdir()
             merge(lower, upper, staging / "rootfs")
             seal(staging / "rootfs")
+            # The seal wrote the same file on the builder (image_build.seal); written here
+            # too because a --no-setup bake is never sealed, and `image list` reads it.
             target = staging / "rootfs" / MANIFEST_PATH.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(manifest.to_json() + "\n")
