@@ -11,6 +11,10 @@ On a machine without GPUs, the same steps on the recordings under tests/fixtures
 
     python3 scripts/gpu_proof.py --dry-run --out /tmp/gpu-proof
 
+or on a real machine's outputs kept from an earlier run (every slot as it was there):
+
+    python3 scripts/gpu_proof.py --dry-run --replay tests/fixtures/gpu/proof-h200-2026-11-27/raw --out /tmp/gpu-proof
+
 Steps, in this order, each with its own time-out inside one budget (--budget-s, 9
 minutes by default: the run stays under 10), each recorded whatever happens, the next
 one run regardless:
@@ -202,6 +206,19 @@ class RawStore:
 
     def _save(self) -> None:
         (self.folder / "provenance.json").write_text(json.dumps(self.entries, indent=1) + "\n")
+
+
+def replay_raw(raw: RawStore, folder: Path) -> None:
+    """The dry-run on an earlier proof's raw/ (a real machine's outputs, kept as fixtures):
+    every slot as that machine gave it, and absent where it was absent there (no lspci on
+    that machine stays no lspci here), not filled in from other machines' recordings."""
+    kept = json.loads((folder / "provenance.json").read_text())
+    for name in SLOTS:
+        entry = kept.get(name) or {}
+        if entry.get("file") and entry.get("rc", 0) == 0:
+            raw.copy_fixture(name, folder / Path(str(entry["file"])).name)
+        else:
+            raw.absent(name, f"replayed proof: {entry.get('why') or 'not kept there'}")
 
 
 def run_quiet(argv: list[str], timeout: float, env: dict[str, str] | None = None, cwd: Path | None = None) -> tuple[int, str]:
@@ -552,7 +569,9 @@ def step_environment(p: Proof, step: Step) -> None:
 
 def step_raw(p: Proof, step: Step) -> None:
     """The raw outputs: the commands here, or the recordings in the dry-run."""
-    if p.dry:
+    if p.dry and p.args.replay:
+        replay_raw(p.raw, p.args.replay)
+    elif p.dry:
         fixtures = {**{k: FIXTURES / v for k, v in DRY_RUN_FIXTURES.items()}, **p.args.fixture}
         for name in SLOTS:
             if name in fixtures:
@@ -615,8 +634,12 @@ def step_gpu_facts(p: Proof, step: Step) -> None:
         step.contradict(f"smi_gpus reads {len(gpus)} GPU(s), --query-gpu lists {len(p.facts['query_names'])}")
     step.figures = f
     kind = {True: "whole GPU", False: "vGPU"}.get(f["whole_gpu"], "mode unknown")
-    step.detail = (f"{len(gpus)} x {', '.join(names)}; {mode} ({kind}); PCI says {f.get('pci_virtualization', '?')}; "
-                   f"{f.get('nvswitches', '?')} NVSwitch(es); fabric {'ready' if f['fabric_ready'] else 'NOT ready'}")
+    pci = (f"PCI says {f['pci_virtualization']}; {f['nvswitches']} NVSwitch(es)" if "pci_virtualization" in f
+           else "PCI not read (no lspci)")
+    # N/A on every GPU: no NVSwitch fabric to train (a PCIe or single-GPU board, an A100 board)
+    fabric = ("no fabric reported" if all(state == "N/A" for state, _ in f["fabric_states"])
+              else "fabric ready" if f["fabric_ready"] else "fabric NOT ready")
+    step.detail = f"{len(gpus)} x {', '.join(names)}; {mode} ({kind}); {pci}; {fabric}"
 
 
 def _read_pci(gpu_facts: Any, p: Proof, step: Step, f: dict[str, Any]) -> None:
@@ -1116,6 +1139,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--dry-run", action="store_true", help="no GPU: read the recordings under tests/fixtures/gpu/, CPU ranks")
     ap.add_argument("--fixture", type=fixture_arg, action="append", default=[], metavar="SLOT=PATH",
                     help=f"dry-run: read PATH for one output instead of its recording; SLOT: {', '.join(SLOTS)}")
+    ap.add_argument("--replay", type=Path, default=None, metavar="RAW_DIR",
+                    help="dry-run: read every output from an earlier proof's raw/ folder (its provenance.json says "
+                         "which were there), e.g. tests/fixtures/gpu/proof-h200-2026-11-27/raw")
     ap.add_argument("--python", default=sys.executable, help="the interpreter with torch the benchmarks run in (default: this one)")
     ap.add_argument("--budget-s", type=int, default=BUDGET_S, help=f"seconds for the whole run (default {BUDGET_S})")
     ap.add_argument("--quiet-s", type=float, default=None,
@@ -1125,6 +1151,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.fixture = dict(args.fixture)
     if args.fixture and not args.dry_run:
         ap.error("--fixture is for --dry-run")
+    if args.replay is not None:
+        if not args.dry_run or args.fixture:
+            ap.error("--replay is for --dry-run, without --fixture")
+        if not (args.replay / "provenance.json").is_file():
+            ap.error(f"--replay {args.replay}: no provenance.json there (give a proof's raw/ folder)")
+        args.replay = args.replay.resolve()
     return args
 
 

@@ -1,0 +1,89 @@
+"""The GPU proof's run on a real NVIDIA H200 (tests/fixtures/gpu/proof-h200-2026-11-27/,
+2026-11-27, driver 580.159.04, torch 2.11.0+cu130): each of the project's readers on that
+machine's own outputs, and the proof replayed on them without a GPU must read what it read
+on the GPU (a reader changed since would show here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from deployer import gpu_facts, gpu_runtime
+from deployer.bench import report
+from deployer.launch.mpirun import parse_json_line
+
+ROOT = Path(__file__).resolve().parents[2]
+PROOF = ROOT / "tests" / "fixtures" / "gpu" / "proof-h200-2026-11-27"
+RAW = PROOF / "raw"
+
+
+def raw(name: str) -> str:
+    return (RAW / name).read_text()
+
+
+def recorded_steps() -> dict[str, dict]:
+    return {s["name"]: s for s in json.loads((PROOF / "summary.json").read_text())["steps"]}
+
+
+def test_the_recording_is_the_gpu_run_with_its_provenance():
+    summary = json.loads((PROOF / "summary.json").read_text())
+    assert summary["mode"] != "dry-run" and summary["verdict"] == "pass" and summary["exit_code"] == 0
+    prov = json.loads(raw("provenance.json"))
+    assert prov["smi_q"]["command"] == "nvidia-smi -q" and prov["smi_q"]["rc"] == 0
+    assert prov["smi_q"]["utc"].startswith("2026-11-27")
+    assert prov["lspci_nn"] == {"file": None, "why": "lspci is not installed"}  # the lent machine had no lspci
+
+
+def test_nvidia_smi_q_of_a_passed_through_h200():
+    smi = raw("nvidia-smi-q.txt")
+    gpus = gpu_facts.smi_gpus(smi)
+    assert [bus for bus, _ in gpus] == ["00000000:00:06.0"]
+    assert gpus[0][1]["Product Name"] == "NVIDIA H200"
+    assert gpu_facts.virtualization(smi) == "pass-through"
+    # one GPU, no NVSwitch: every fabric field N/A, which is not a fabric waiting to be trained
+    assert gpu_facts.fabric_states(smi) == [("N/A", "N/A")] and gpu_facts.fabric_ready(smi)
+    assert gpu_facts.gpu_problems(dict(gpus[0][1])) == []  # ECC zero, no remapping pending
+
+
+def test_the_torch_choice_for_the_h200_query_line():
+    gpus = gpu_runtime.parse_smi("vm", raw("nvidia-smi-query-gpu.csv"))
+    assert [(g.name, g.driver, g.compute_cap) for g in gpus] == [("NVIDIA H200", "580.159.04", "9.0")]
+    choice = gpu_runtime.choose(gpus)
+    assert (choice.torch, choice.cuda) == ("2.13.0", "13.0")  # PyPI's default wheel: driver 580 runs CUDA 13
+    assert gpu_runtime.driver_ok("580.159.04", choice.cuda)
+
+
+def test_gpu_check_on_the_h200_finds_nothing_wrong_with_the_chosen_cuda():
+    record = json.loads(raw("gpu_check.txt").strip().splitlines()[-1])
+    choice = gpu_runtime.choose(gpu_runtime.parse_smi("vm", raw("nvidia-smi-query-gpu.csv")))
+    assert gpu_facts.check_problems("vm", record, choice.as_dict()) == []
+    # the same record with a build that lacks Hopper code is named, as on a node with an older torch
+    no_hopper = {**record, "arch_list": ["sm_75", "sm_80", "sm_86"]}
+    assert "no code in this torch build" in gpu_facts.check_problems("vm", no_hopper, choice.as_dict())[0]
+
+
+def test_resnet_on_the_h200_as_bench_reads_it():
+    result = parse_json_line(raw("resnet-1.log"), "resnet_synthetic")
+    assert result["device"] == "GPU" and result["versions"]["gpu"] == "NVIDIA H200"
+    assert round(result["img_per_sec"], 1) == 1240.7 and result["flags"]["amp"] and result["flags"]["channels_last"]
+    assert report.nvidia_reference("resnet50", "NVIDIA H200") is None  # NVIDIA published no H200 figure
+
+
+def test_the_proof_replayed_without_a_gpu_reads_what_it_read_on_the_gpu(tmp_path):
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_proof.py"), "--dry-run", "--no-benchmarks",
+                        "--replay", str(RAW), "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    replayed = {s["name"]: s for s in json.loads((out / "summary.json").read_text())["steps"]}
+    recorded = recorded_steps()
+    assert replayed["gpu_facts"]["figures"] == recorded["gpu_facts"]["figures"]
+    assert "PCI not read (no lspci)" in replayed["gpu_facts"]["detail"]
+    assert "no fabric reported" in replayed["gpu_facts"]["detail"]
+    for key in ("driver", "choice", "choice_fits_driver"):
+        assert replayed["gpu_runtime"]["figures"][key] == recorded["gpu_runtime"]["figures"][key], key
+    assert replayed["check"]["figures"]["verdict"] == recorded["check"]["figures"]["verdict"] == "pass"
+    prov = json.loads((out / "raw" / "provenance.json").read_text())
+    assert prov["lspci_nvidia"]["file"] is None and "lspci is not installed" in prov["lspci_nvidia"]["why"]
