@@ -5,6 +5,7 @@ on the GPU (a reader changed since would show here)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 
 from deployer import gpu_facts, gpu_runtime
 from deployer.bench import report
+from deployer.check import analyse
+from deployer.check.model import Finding, NodeReport
 from deployer.launch.mpirun import parse_json_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,3 +90,59 @@ def test_the_proof_replayed_without_a_gpu_reads_what_it_read_on_the_gpu(tmp_path
     assert replayed["check"]["figures"]["verdict"] == recorded["check"]["figures"]["verdict"] == "pass"
     prov = json.loads((out / "raw" / "provenance.json").read_text())
     assert prov["lspci_nvidia"]["file"] is None and "lspci is not installed" in prov["lspci_nvidia"]["why"]
+
+
+# --- the node's own checks on the same machine (scripts/gpu_health_proof.sh, health/) ---------
+
+HEALTH = PROOF / "health"
+
+
+def _benchmark_module(name: str):  # noqa: ANN202 - a module loaded from benchmarks/
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _check_node(level: str) -> NodeReport:
+    """node_check.py's CHECK lines on the H200, read as check/run.py reads them."""
+    lines = (HEALTH / f"node_check_{level}.txt").read_text().splitlines()
+    findings = [Finding.parse(json.loads(ln.split(" ", 1)[1])) for ln in lines if ln.startswith("CHECK ")]
+    return NodeReport("vm", findings)
+
+
+def test_deployer_check_passes_the_h200_at_the_quick_and_the_standard_level():
+    for level in ("quick", "standard"):
+        node = _check_node(level)
+        analyse.gpus([node], {"vm": 1})
+        analyse.dcgm([node])
+        analyse.interface([node])
+        assert node.verdict == "pass", (level, node.reason())
+        assert node.first("pass") is not None
+        by = {f.check: f for f in node.findings}
+        assert by["dcgm"].status == "skip"  # DCGM was not installed there: said, not failed
+    run = {f.check: f for f in _check_node("standard").findings}["gpu_run"]
+    assert run.status == "pass" and run.value["devices"] == [{"index": 0, "name": "NVIDIA H200", "compute_cap": "9.0"}]
+
+
+def test_the_health_timers_gpu_readings_on_the_h200():
+    gpu = _benchmark_module("node_health_gpu")
+    kernel = (HEALTH / "kernel-messages.txt").read_text()
+    assert "NVRM: gpuClearFbhubPoisonIntrForBug2924523_GA100" in kernel  # the driver's own lines, not Xids
+    xid = gpu.xid_findings(kernel)
+    assert xid["status"] == "pass" and not xid.get("value", {}).get("xids")
+    ecc = gpu.ecc_findings((HEALTH / "nvidia-smi-q.txt").read_text(), 1)
+    assert ecc["status"] == "pass" and ecc["value"] == {"gpus": 1, "expected": 1}
+    assert gpu.ecc_findings((HEALTH / "nvidia-smi-q.txt").read_text(), 2)["status"] == "fail"  # a GPU gone
+
+
+def test_the_health_run_on_the_h200_as_it_recorded_itself():
+    rec = json.loads((HEALTH / "node_health_last.json").read_text())
+    by = {f["check"]: f for f in rec["findings"]}
+    assert by["gpus"]["status"] == by["xid"]["status"] == by["runtime"]["status"] == "pass"
+    # the lent machine has no systemd, so no timedatectl: the one warning, on a node it would answer
+    assert rec["verdict"] == "warn" and rec["reason"].startswith("clock: NTP state unknown")
+    prom = (HEALTH / "node_health.prom").read_text()
+    assert 'deployer_health_check_status{check="gpus"} 0' in prom and "deployer_health_failing 0" in prom
