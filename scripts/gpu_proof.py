@@ -30,6 +30,10 @@ one run regardless:
                 collection (nvidia-smi -q, lspci -vv, dcgmi diag -r 1 -j) read by
                 deployer/check/analyse.py
   gpu_check     benchmarks/gpu_check.py, read by gpu_facts.check_problems
+  node_checks   `deployer check`'s node program (benchmarks/node_check.py) at the quick and
+                standard levels and the health timer's (benchmarks/node_health.py), as on a
+                node (scripts/gpu_health_proof.sh): the check must not fail the machine, the
+                health timer's GPU and Xid readings must pass
   torch_fit     the installed torch against the driver by the matrix's rules: does the
                 chosen build's CUDA fit the driver, as far as this torch can prove it
   allreduce     the check's collective (cluster_checks.measure_collective): allreduce.py over
@@ -803,6 +807,75 @@ def _dcgm_finding(p: Proof, nc: Any) -> dict[str, Any]:
     return finding
 
 
+HEALTH_SCRIPT = ROOT / "scripts" / "gpu_health_proof.sh"
+NODE_CHECKS_TIMEOUT_S = 150  # the quick and standard checks (gpu_check.py inside) and one health run
+
+
+def step_node_checks(p: Proof, step: Step) -> None:
+    """`deployer check`'s node program at the quick and standard levels and the health
+    timer's (`deployer heal` reads it), as they run on a node: scripts/gpu_health_proof.sh,
+    its outputs under raw/health/, read as check/run.py and the health readers read them. A
+    node that passes neither may be a real fault: gpu_check and the raw outputs say which."""
+    if p.dry:
+        folder = replayed_health(p.args.replay)
+        if folder is None:
+            raise Skip("dry-run: the node's own checks need this machine (or --replay of a proof that kept them)")
+    else:
+        if not (p.facts.get("packages") or {}).get("torch"):
+            raise StepError(f"torch is not installed for {p.python}: the node's checks would fail its runtime")
+        folder = p.out / "raw" / "health"
+        env = {**os.environ, "DEPLOYER_PROOF_PYTHON": p.python}
+        at, t0 = utc_now(), time.monotonic()
+        rc, out = run_quiet(["bash", str(HEALTH_SCRIPT), str(folder), str(p.facts.get("gpu_count") or 1)],
+                            p.limit(NODE_CHECKS_TIMEOUT_S), env=env)
+        p.raw.keep("node_checks.txt", out, command=f"bash scripts/gpu_health_proof.sh raw/health {p.facts.get('gpu_count')}",
+                   host=p.host, utc=at, rc=rc, seconds=round(time.monotonic() - t0, 2))
+        if rc != 0:
+            raise StepError(f"gpu_health_proof.sh exited {rc}: {(out.strip().splitlines() or [''])[-1][:300]}")
+    step.figures = read_node_checks(folder, int(p.facts.get("gpu_count") or 1))
+    for level in ("quick", "standard"):
+        got = step.figures[level]
+        if got["verdict"] == "fail":
+            step.contradict(f"deployer check ({level}) fails this machine: {got['reason']}")
+    health = step.figures["health"]
+    for check in ("gpus", "xid"):
+        if health["checks"].get(check) not in ("pass", None):
+            step.contradict(f"the health timer's {check} is {health['checks'].get(check)} on this machine: {health['reason']}")
+    step.detail = (f"check quick {step.figures['quick']['verdict']} ({step.figures['quick'].get('seconds', '?')}), "
+                   f"standard {step.figures['standard']['verdict']} ({step.figures['standard'].get('seconds', '?')}); "
+                   f"health {health['verdict']} ({health['reason']}), gpus {health['checks'].get('gpus')}, "
+                   f"xid {health['checks'].get('xid')}")
+
+
+def replayed_health(replay: Path | None) -> Path | None:
+    """A replayed proof's node checks: raw/health/, or health/ beside raw/ (the H200's run
+    of 2026-11-27, taken by the script alone before this step existed)."""
+    if replay is None:
+        return None
+    return next((d for d in (replay / "health", replay.parent / "health") if (d / "node_health_last.json").is_file()), None)
+
+
+def read_node_checks(folder: Path, gpus: int) -> dict[str, Any]:
+    """node_check.py's CHECK lines as check/run.py reads them, with analyse's GPU, DCGM and
+    interface readings; the health run's own record."""
+    figures: dict[str, Any] = {}
+    for level in ("quick", "standard"):
+        lines = (folder / f"node_check_{level}.txt").read_text().splitlines()
+        node = NodeReport(socket.gethostname(), [Finding.parse(json.loads(ln.split(" ", 1)[1]))
+                                                  for ln in lines if ln.startswith("CHECK ")])
+        analyse.gpus([node], {node.name: gpus})
+        analyse.dcgm([node])
+        analyse.interface([node])
+        seconds = folder / f"node_check_{level}.seconds"
+        figures[level] = {"verdict": node.verdict, "reason": node.reason(),
+                          "checks": {f.check: f.status for f in node.findings},
+                          **({"seconds": seconds.read_text().strip()} if seconds.is_file() else {})}
+    rec = json.loads((folder / "node_health_last.json").read_text())
+    figures["health"] = {"verdict": rec["verdict"], "reason": rec["reason"],
+                         "checks": {f["check"]: f["status"] for f in rec["findings"]}}
+    return figures
+
+
 def step_gpu_check(p: Proof, step: Step) -> None:
     """benchmarks/gpu_check.py with the installed torch, read by gpu_facts.check_problems:
     the reading must agree with the script's own exit status."""
@@ -1117,6 +1190,7 @@ STEPS: list[tuple[str, Callable[[Proof, Step], None], float]] = [
     ("gpu_runtime", step_gpu_runtime, 0),
     ("check", step_check, MIN_STEP_S),
     ("gpu_check", step_gpu_check, MIN_STEP_S),
+    ("node_checks", step_node_checks, MIN_STEP_S),
     ("torch_fit", step_torch_fit, 0),
     ("allreduce", step_allreduce, 40),
     ("rank_watch", step_rank_watch, 60),

@@ -47,7 +47,7 @@ def test_the_dry_run_reads_every_recording_with_the_projects_readers(tmp_path):
     assert rc == 0 == summary["exit_code"], printed
     assert summary["mode"] == "dry-run" and summary["verdict"] == "pass"
     s = steps(summary)
-    assert list(s) == ["environment", "raw", "gpu_facts", "gpu_runtime", "check", "gpu_check", "torch_fit",
+    assert list(s) == ["environment", "raw", "gpu_facts", "gpu_runtime", "check", "gpu_check", "node_checks", "torch_fit",
                        "allreduce", "rank_watch", "resnet_1", "resnet_all"]
 
     facts = s["gpu_facts"]["figures"]
@@ -185,3 +185,22 @@ def test_the_dry_run_runs_the_benchmarks_on_cpu_ranks(tmp_path):
         assert fig["reference"]["comparison"] == "no comparable figure"
     assert (tmp_path / "out" / "raw" / "rank-watch.log").exists()
     assert "HEARTBEAT" in (tmp_path / "out" / "raw" / "allreduce.log").read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the script mounts the stand-in shared dir in a namespace of its own: root")
+def test_the_node_checks_script_leaves_the_machine_as_it_found_it(tmp_path):
+    """scripts/gpu_health_proof.sh (the proof's node_checks step) runs the node's own checks
+    with a tmpfs shared dir in a mount namespace of its own and a HOME of its own: its
+    outputs are there after, and no mount, folder or profile file of it is left."""
+    profile_d = sorted(os.listdir("/etc/profile.d"))
+    env = {**os.environ, "DEPLOYER_PROOF_PYTHON": str(bare_python(tmp_path))}
+    p = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_health_proof.sh"), str(tmp_path / "health"), "1"],
+                       capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    quick = (tmp_path / "health" / "node_check_quick.txt").read_text()
+    shared = next(json.loads(ln[6:]) for ln in quick.splitlines() if ln.startswith('CHECK {"check": "shared_dir"'))
+    assert shared["status"] == "pass", shared  # the tmpfs is a mount of its own, as NFS is on a node
+    assert json.loads((tmp_path / "health" / "node_health_last.json").read_text())["findings"]
+    assert "deployer-proof" not in Path("/proc/self/mountinfo").read_text()
+    assert not list(Path("/tmp").glob("gpu-health-proof.*"))
+    assert sorted(os.listdir("/etc/profile.d")) == profile_d

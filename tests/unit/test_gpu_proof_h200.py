@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from deployer import gpu_facts, gpu_runtime
 from deployer.bench import report
 from deployer.check import analyse
@@ -20,14 +22,16 @@ from deployer.launch.mpirun import parse_json_line
 ROOT = Path(__file__).resolve().parents[2]
 PROOF = ROOT / "tests" / "fixtures" / "gpu" / "proof-h200-2026-11-27"
 RAW = PROOF / "raw"
+# The same machine kind 10 minutes later, with the node_checks step (raw/health/) in the run itself
+RUN2 = ROOT / "tests" / "fixtures" / "gpu" / "proof-h200-2026-11-27-run2"
 
 
 def raw(name: str) -> str:
     return (RAW / name).read_text()
 
 
-def recorded_steps() -> dict[str, dict]:
-    return {s["name"]: s for s in json.loads((PROOF / "summary.json").read_text())["steps"]}
+def recorded_steps(proof: Path = PROOF) -> dict[str, dict]:
+    return {s["name"]: s for s in json.loads((proof / "summary.json").read_text())["steps"]}
 
 
 def test_the_recording_is_the_gpu_run_with_its_provenance():
@@ -74,20 +78,28 @@ def test_resnet_on_the_h200_as_bench_reads_it():
     assert report.nvidia_reference("resnet50", "NVIDIA H200") is None  # NVIDIA published no H200 figure
 
 
-def test_the_proof_replayed_without_a_gpu_reads_what_it_read_on_the_gpu(tmp_path):
+@pytest.mark.parametrize("proof", [PROOF, RUN2], ids=["run1", "run2-with-node-checks"])
+def test_the_proof_replayed_without_a_gpu_reads_what_it_read_on_the_gpu(tmp_path, proof):
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_proof.py"), "--dry-run", "--no-benchmarks",
-                        "--replay", str(RAW), "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
+                        "--replay", str(proof / "raw"), "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
                        timeout=300, check=False)
     assert p.returncode == 0, p.stdout + p.stderr
     replayed = {s["name"]: s for s in json.loads((out / "summary.json").read_text())["steps"]}
-    recorded = recorded_steps()
+    recorded = recorded_steps(proof)
     assert replayed["gpu_facts"]["figures"] == recorded["gpu_facts"]["figures"]
     assert "PCI not read (no lspci)" in replayed["gpu_facts"]["detail"]
     assert "no fabric reported" in replayed["gpu_facts"]["detail"]
     for key in ("driver", "choice", "choice_fits_driver"):
         assert replayed["gpu_runtime"]["figures"][key] == recorded["gpu_runtime"]["figures"][key], key
     assert replayed["check"]["figures"]["verdict"] == recorded["check"]["figures"]["verdict"] == "pass"
+    checks = replayed["node_checks"]  # raw/health/, or health/ beside raw/ (run 1): the node checks, read again
+    assert checks["status"] == "pass", checks
+    if "node_checks" in recorded:
+        assert checks["figures"] == recorded["node_checks"]["figures"]
+    assert checks["figures"]["quick"]["verdict"] == checks["figures"]["standard"]["verdict"] == "pass"
+    assert checks["figures"]["standard"]["checks"]["gpu_run"] == "pass"
+    assert checks["figures"]["health"]["checks"]["gpus"] == "pass"
     prov = json.loads((out / "raw" / "provenance.json").read_text())
     assert prov["lspci_nvidia"]["file"] is None and "lspci is not installed" in prov["lspci_nvidia"]["why"]
 
