@@ -73,8 +73,9 @@ def build(spec: ClusterSpec, state_root: Path, *, gpu: bool, name: str | None = 
     if gpu:
         gpus, flavor = store.flavor_gpus(builder, run.checked)
         if gpus == 0:
-            raise PreflightError(f"--gpu: flavor {flavor} has no GPU: the driver cannot be installed and checked on it; "
-                                 f"set openstack.flavor to a GPU flavor")
+            raise PreflightError(f"--gpu: flavor {flavor} asks for no GPU in its extra specs (pci_passthrough:alias, "
+                                 f"resources:VGPU/PGPU): the driver cannot be installed and checked on it; set "
+                                 f"openstack.flavor to a GPU flavor")
     ui.step(f"image build: a builder node ({builder.name}) from {store.base(spec)}; it is deleted whatever happens")
     try:
         with state.lock("image build"):

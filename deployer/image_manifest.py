@@ -29,7 +29,7 @@ MANIFEST_PATH = "/etc/deployer/image.json"
 IMAGE_VENV = "/opt/deployer/venv"
 # The roles whose installing part a bake runs (ansible/bake.yml), and what they read.
 INSTALLING_ROLES = ("common", "mpi", "slurm", "node_exporter", "prometheus", "pushgateway", "nvidia_driver",
-                    "dcgm_exporter", "training_runtime", "jupyterlab")
+                    "dcgm_exporter", "training_runtime", "jupyterlab", "health")
 # Glance property keys carry this prefix, so a manifest's keys never meet the cloud's own
 # (os_distro, hw_*): image_props_to_manifest reads them back.
 PROPERTY_PREFIX = "deployer_"
@@ -95,8 +95,13 @@ class Manifest:
         return ", ".join(parts)
 
 
+# Besides the roles: the play that bakes, the torch matrix, and the driver's package choice
+# (gpu_facts: branches, kernel headers, Fabric Manager), each deciding what an image holds.
+BAKE_INPUTS = ("ansible/bake.yml", "deployer/gpu_runtime.yaml", "deployer/gpu_facts.py")
+
+
 def roles_hash() -> str:
-    """Of every file of the installing roles and the torch matrix: what a bake is stale against."""
+    """Of every file of the installing roles and the other bake inputs: what a bake is stale against."""
     root = assets_root()
     h = hashlib.sha256()
     for role in INSTALLING_ROLES:
@@ -104,7 +109,9 @@ def roles_hash() -> str:
             if f.is_file() and "__pycache__" not in f.parts:
                 h.update(str(f.relative_to(root)).encode())
                 h.update(f.read_bytes())
-    h.update((root / "deployer/gpu_runtime.yaml").read_bytes() if (root / "deployer/gpu_runtime.yaml").exists() else b"")
+    for name in BAKE_INPUTS:
+        h.update(name.encode())
+        h.update((root / name).read_bytes() if (root / name).exists() else b"")
     return h.hexdigest()[:16]
 
 
@@ -152,7 +159,7 @@ def flavor_unfit(manifest: Manifest, flavor_gpus: int, flavor: str) -> str | Non
     """The preflight's question (nothing made yet): can nodes of this flavor run this bake?"""
     if manifest.gpu and flavor_gpus == 0:
         return (f"image {manifest.name} is a GPU bake (driver {manifest.driver_version or manifest.driver_branch}) and "
-                f"flavor {flavor} has no GPU: bake one without --gpu, or pick a GPU flavor")
+                f"flavor {flavor} asks for no GPU in its extra specs: bake one without --gpu, or pick a GPU flavor")
     if not manifest.gpu and flavor_gpus > 0:
         return (f"image {manifest.name} has no GPU driver and flavor {flavor} has {flavor_gpus} GPU(s): "
                 f"bake one with `deployer image build --gpu`, or leave image: out")

@@ -231,6 +231,16 @@ def check_image(spec: ClusterSpec, checked: object) -> None:
     unfit = image_manifest.flavor_unfit(manifest, gpus, flavor)
     if unfit:
         raise PreflightError(unfit)
+    o = spec.openstack
+    if manifest.gpu and spec.provider == "openstack" and not o.enable_gpu:
+        raise PreflightError(f"image {manifest.name} is a GPU bake and openstack.enable_gpu is false: set enable_gpu: true, "
+                             f"or bake one without --gpu")
+    if manifest.gpu and o.nvidia_driver_branch is not None and manifest.driver_branch != o.nvidia_driver_branch:
+        # The driver role keeps a working driver: its nodes would keep the image's branch and
+        # reinstall the rest (GBs of torch) for nothing.
+        raise PreflightError(f"image {manifest.name} has driver branch {manifest.driver_branch} and "
+                             f"openstack.nvidia_driver_branch is {o.nvidia_driver_branch}: bake one with that branch, "
+                             f"or drop the pin")
     current = image_manifest.roles_hash()
     if manifest.roles_hash != current:
         ui.warn(f"image {manifest.name} is older than the roles (baked by {manifest.roles_hash}, these are {current}): "

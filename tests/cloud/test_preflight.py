@@ -387,6 +387,10 @@ def test_vgpu_flavor_sets_gpus_per_node(os_env, state):
     told = make_spec(flavor="g1.vgpu", enable_gpu=True, nodes=2, gpu_virtualization="passthrough")
     warnings = provider.preflight(told, state).warnings
     assert told.openstack.gpu_virtualization == "passthrough" and any("the spec's word is taken" in w for w in warnings)
+    # With a baked image (`image:`) the preflight checks a copy of the settings: the flavor's word still reaches the spec
+    baked = make_spec(flavor="g1.vgpu", enable_gpu=True, nodes=2).model_copy(update={"image": IMAGE})
+    provider.preflight(baked, state)
+    assert baked.openstack.gpu_virtualization == "vgpu"
 
 
 def test_a_vgpu_server_is_scheduled_on_the_child_provider(os_env, member, admin, cluster):

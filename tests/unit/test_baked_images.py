@@ -57,6 +57,24 @@ def test_roles_hash_follows_the_installing_roles_only():
     h = image_manifest.roles_hash()
     assert len(h) == 16 and h == image_manifest.roles_hash()
     assert "ssh_mesh" not in image_manifest.INSTALLING_ROLES  # configuration-only roles never stale a bake
+    assert "health" in image_manifest.INSTALLING_ROLES  # bake.yml installs its program and units
+
+
+def test_roles_hash_changes_with_the_play_that_bakes_and_the_driver_choice(tmp_path, monkeypatch):
+    import shutil
+
+    for role in image_manifest.INSTALLING_ROLES:
+        shutil.copytree(ROOT / "ansible/roles" / role, tmp_path / "ansible/roles" / role)
+    for name in image_manifest.BAKE_INPUTS:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, tmp_path / name)
+    monkeypatch.setattr(image_manifest, "assets_root", lambda: tmp_path)
+    assert image_manifest.roles_hash() == image_manifest.roles_hash()
+    for name in ("ansible/bake.yml", "deployer/gpu_facts.py", "ansible/roles/health/tasks/main.yml"):
+        before = image_manifest.roles_hash()
+        with (tmp_path / name).open("a") as f:
+            f.write("\n# changed\n")
+        assert image_manifest.roles_hash() != before, name
 
 
 def test_a_node_keeps_its_image_or_says_why_in_one_line():
@@ -246,6 +264,37 @@ def test_glance_store_reads_the_flavor_the_preflight_learnt():
     fields = PreflightResult.__dataclass_fields__
     assert "gpus_per_node" in fields and "flavor" in fields
     assert GlanceImages().flavor_gpus(ClusterSpec(name="lab"), None) == (0, "m1.large")
+    # enable_gpu on a flavor that asks for no GPU: the preflight assumes 1 per node, the bake's fit does not
+    assumed = PreflightResult(cloud="c", project_id="p", flavor="m1.large", vcpus=4, ram_mb=8192, flavor_gpus=0,
+                              gpus_per_node=1, image_id="i", existing_nodes=[], warnings=[])
+    assert GlanceImages().flavor_gpus(ClusterSpec(name="lab"), assumed) == (0, "m1.large")
+    gpu_bake = manifest(name="baked-gpu-1", provider="openstack", gpu=True, driver_branch=550)
+    assert "asks for no GPU" in (image_manifest.flavor_unfit(gpu_bake, *GlanceImages().flavor_gpus(
+        ClusterSpec(name="lab"), assumed)) or "")
+
+
+def test_a_gpu_bake_needs_enable_gpu_and_the_branch_it_has(monkeypatch):
+    """A GPU bake with enable_gpu off, or a driver branch pinned other than the bake's, is
+    refused before anything is made: its nodes would either not use the GPUs, or keep the
+    image's driver (the role keeps a working one) and reinstall the rest for nothing."""
+    from deployer import lifecycle
+    from deployer.providers.openstack import images
+    from deployer.spec import ClusterSpec
+
+    monkeypatch.setattr(images.GlanceImages, "lookup",
+                        lambda self, name: manifest(name=name, provider="openstack", gpu=True, driver_branch=550))
+    monkeypatch.setattr(images.GlanceImages, "flavor_gpus", lambda self, spec, checked: (1, "g1.large"))
+
+    def spec(**openstack: object) -> ClusterSpec:
+        return ClusterSpec.model_validate({"name": "lab", "provider": "openstack", "image": "baked-gpu-1",
+                                           "openstack": {"flavor": "g1.large", **openstack}})
+
+    with pytest.raises(PreflightError, match="enable_gpu is false"):
+        lifecycle.check_image(spec(), None)
+    with pytest.raises(PreflightError, match="driver branch 550 and openstack.nvidia_driver_branch is 580"):
+        lifecycle.check_image(spec(enable_gpu=True, nvidia_driver_branch=580), None)
+    lifecycle.check_image(spec(enable_gpu=True, nvidia_driver_branch=550), None)
+    lifecycle.check_image(spec(enable_gpu=True), None)
 
 
 def test_a_baked_image_replaces_openstack_image_for_the_nodes():

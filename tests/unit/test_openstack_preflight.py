@@ -191,6 +191,23 @@ def test_admin_cidr_defaults_to_this_machines_public_address_only(cloud, monkeyp
     assert str(spec.openstack.admin_cidr) == "193.224.1.1/32"
 
 
+def test_a_baked_image_keeps_what_the_preflight_fills_into_the_spec(cloud, monkeypatch, state):
+    """`image:` (a bake) makes the preflight check a copy of the openstack settings with the
+    image in place: what it fills in (admin_cidr here) must still reach the spec that
+    tfvars reads, or Terraform stops on a required variable left unset."""
+    from ipaddress import IPv4Address
+
+    from deployer.providers.openstack.provider import OpenStackProvider
+
+    monkeypatch.setattr(pf, "controller_address", lambda conn: IPv4Address("193.224.1.1"))
+    spec = make_spec(admin_cidr=None).model_copy(update={"image": "Ubuntu 22.04"})
+    checked = pf.check(spec)
+    assert checked.admin_cidr_from == "193.224.1.1"
+    assert str(spec.openstack.admin_cidr) == "193.224.1.1/32"
+    tfvars = OpenStackProvider().tfvars(spec, state, checked)
+    assert tfvars["admin_cidr"] == "193.224.1.1/32"
+
+
 def test_exposing_monitoring_without_grafana_is_refused(cloud):
     """expose opens Grafana alone: without it there is nothing to open (and Prometheus never is)."""
     monitoring = {"enabled": True, "expose": True, "grafana": False, "allowed_cidrs": ["198.51.100.0/24"]}

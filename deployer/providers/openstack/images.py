@@ -100,7 +100,10 @@ class GlanceImages:
         from .preflight import PreflightResult
 
         if isinstance(checked, PreflightResult):
-            return checked.gpus_per_node, checked.flavor
+            # What the flavor's extra specs ask for, not gpus_per_node: the preflight assumes 1
+            # GPU per node on an enable_gpu spec whose flavor asks for none, and a bake's fit
+            # must not be an assumption.
+            return checked.flavor_gpus, checked.flavor
         return 0, spec.openstack.flavor
 
     def base(self, spec: ClusterSpec) -> str:

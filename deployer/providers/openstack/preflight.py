@@ -196,7 +196,9 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
     if o.admin_cidr is None:
         address = controller_address(conn)
         if address is not None and address.is_global:
-            o.admin_cidr = ipaddress.IPv4Network(f"{address}/32")
+            # into the spec itself: `o` is a copy when a baked image stands in (with_baked_image),
+            # and tfvars reads the spec, not this copy
+            o.admin_cidr = spec.openstack.admin_cidr = ipaddress.IPv4Network(f"{address}/32")
             admin_cidr_from = str(address)
         else:
             problems.append(
@@ -385,7 +387,7 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
         # The flavor is the hypervisor's own word on how the GPUs come: recorded in the spec
         # for the driver role, which otherwise cannot tell a whole GPU from a vGPU before a driver.
         if o.gpu_virtualization == "auto":
-            o.gpu_virtualization = attached
+            o.gpu_virtualization = spec.openstack.gpu_virtualization = attached
         elif o.gpu_virtualization != attached:
             warnings.append(f"openstack.gpu_virtualization is {o.gpu_virtualization} but flavor {o.flavor!r} asks for "
                             f"{'a vGPU (resources:VGPU)' if attached == 'vgpu' else 'whole GPUs'}: the spec's word is taken")
