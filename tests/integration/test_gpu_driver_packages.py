@@ -32,7 +32,8 @@ PLAY = """\
     - name: Keep apt's answer
       ansible.builtin.copy:
         content: "{{{{ {{'packages': nvidia_driver_packages, 'apt': nvidia_driver_apt, 'kernel': nvidia_driver_kernel,
-                       'kernel_apt': nvidia_driver_kernel_apt | default(none)}} | to_json }}}}"
+                       'kernel_apt': nvidia_driver_kernel_apt | default(none),
+                       'held': nvidia_driver_held.results | map(attribute='item') | list}} | to_json }}}}"
         dest: "{out}"
         mode: "0644"
       delegate_to: localhost
@@ -74,6 +75,10 @@ def test_driver_packages_resolve_on_debian_12(local_cluster, tmp_path, branch, e
     for package in expect:
         assert f"Inst {package} " in sim, sim[-2000:]  # apt resolved it, dependencies and all
     assert answer["apt"]["changed"]  # would install; nothing was
+    # Held against unattended upgrades: the driver's packages, never a kernel's headers (DKMS needs the next ones)
+    assert set(expect) <= set(answer["held"]) and not [p for p in answer["held"] if p.startswith("linux-")]
+    held = local_cluster.deployer("ssh", host, "--", "dpkg", "--get-selections", expect[0]).stdout
+    assert "hold" not in held  # simulated: nothing held either
     p = local_cluster.deployer("ssh", host, "--", "dpkg-query", "-W", expect[0])
     assert p.returncode != 0  # simulation only: the package is not installed
     # The security suite's non-free lists are read: the driver's security releases are in reach.
