@@ -55,6 +55,10 @@ class Manifest:
     openmpi: str | None = None
     slurm: str | None = None
     jupyterlab: str | None = None
+    # How the builder's GPU came (the driver role's nvidia_driver_virtualization: none |
+    # pass-through | vgpu): a vGPU guest's driver is the host's licensed one, never a whole
+    # GPU's, so an image fits flavors of its own kind only.
+    gpu_virtualization: str | None = None
     venv: str = IMAGE_VENV
     format: int = FORMAT
 
@@ -155,14 +159,22 @@ def torch_unfit(manifest: Manifest | None, requirement: str) -> str | None:
     return None
 
 
-def flavor_unfit(manifest: Manifest, flavor_gpus: int, flavor: str) -> str | None:
-    """The preflight's question (nothing made yet): can nodes of this flavor run this bake?"""
+def flavor_unfit(manifest: Manifest, flavor_gpus: int, flavor: str, attached: str | None = None) -> str | None:
+    """The preflight's question (nothing made yet): can nodes of this flavor run this bake?
+    `attached`: how the flavor gives its GPUs (vgpu | passthrough; None: not known)."""
     if manifest.gpu and flavor_gpus == 0:
         return (f"image {manifest.name} is a GPU bake (driver {manifest.driver_version or manifest.driver_branch}) and "
                 f"flavor {flavor} asks for no GPU in its extra specs: bake one without --gpu, or pick a GPU flavor")
     if not manifest.gpu and flavor_gpus > 0:
         return (f"image {manifest.name} has no GPU driver and flavor {flavor} has {flavor_gpus} GPU(s): "
                 f"bake one with `deployer image build --gpu`, or leave image: out")
+    baked_vgpu = {"vgpu": True, "pass-through": False, "none": False}.get(manifest.gpu_virtualization or "")
+    flavor_vgpu = {"vgpu": True, "passthrough": False}.get(attached or "")
+    if manifest.gpu and baked_vgpu is not None and flavor_vgpu is not None and baked_vgpu != flavor_vgpu:
+        kind = {True: "an NVIDIA vGPU guest's", False: "a whole GPU's"}
+        return (f"image {manifest.name} was baked with {kind[baked_vgpu]} driver and flavor {flavor} gives "
+                f"{'a vGPU (resources:VGPU)' if flavor_vgpu else 'whole GPUs'}: a vGPU guest needs the driver of the "
+                f"host's vGPU manager, a whole GPU a datacenter driver; bake on a flavor of this kind")
     return None
 
 
@@ -174,4 +186,5 @@ def new(name: str, provider: str, *, gpu: bool, base: str, versions: dict[str, s
         base=base, kernel=versions.get("kernel"), driver_branch=int(branch) if branch else None,
         driver_version=versions.get("driver_version"), cuda=versions.get("cuda"), torch=versions.get("torch"),
         openmpi=versions.get("openmpi"), slurm=versions.get("slurm"), jupyterlab=versions.get("jupyterlab"),
+        gpu_virtualization=versions.get("gpu_virtualization") if gpu else None,
     )

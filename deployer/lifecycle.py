@@ -228,7 +228,9 @@ def check_image(spec: ClusterSpec, checked: object) -> None:
         raise PreflightError(f"image {spec.image!r}: no such baked image for provider {spec.provider} "
                              f"(`deployer image list`; `deployer image build` makes one)")
     gpus, flavor = store.flavor_gpus(spec, checked)
-    unfit = image_manifest.flavor_unfit(manifest, gpus, flavor)
+    # The preflight records the flavor's word on how its GPUs come in the spec (vgpu, passthrough; auto: unsaid)
+    attached = spec.openstack.gpu_virtualization if spec.provider == "openstack" else None
+    unfit = image_manifest.flavor_unfit(manifest, gpus, flavor, None if attached == "auto" else attached)
     if unfit:
         raise PreflightError(unfit)
     o = spec.openstack

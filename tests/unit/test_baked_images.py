@@ -108,6 +108,22 @@ def test_flavor_fit_names_a_gpu_bake_on_a_cpu_flavor_and_the_reverse():
     assert image_manifest.flavor_unfit(manifest(), 0, "m1.large") is None
 
 
+def test_a_vgpu_bake_fits_vgpu_flavors_only_and_the_reverse():
+    vgpu = manifest(provider="openstack", gpu=True, driver_branch=550, gpu_virtualization="vgpu")
+    whole = manifest(provider="openstack", gpu=True, driver_branch=550, gpu_virtualization="pass-through")
+    assert "vGPU guest's driver" in (image_manifest.flavor_unfit(vgpu, 1, "g1.large", "passthrough") or "")
+    assert "whole GPU's driver" in (image_manifest.flavor_unfit(whole, 1, "g1.vgpu", "vgpu") or "")
+    assert image_manifest.flavor_unfit(vgpu, 1, "g1.vgpu", "vgpu") is None
+    assert image_manifest.flavor_unfit(whole, 1, "g1.large", "passthrough") is None
+    assert image_manifest.flavor_unfit(whole, 1, "g1.large", None) is None  # the flavor does not say: not refused
+    assert image_manifest.flavor_unfit(manifest(provider="openstack", gpu=True), 1, "g1.vgpu", "vgpu") is None  # older bake
+    # recorded from the bake's report, round-tripped through Glance's properties
+    made = image_manifest.new("b", "openstack", gpu=True, base="u", versions={"gpu_virtualization": "vgpu"}, at="t")
+    assert made.gpu_virtualization == "vgpu"
+    assert Manifest.from_properties(made.as_properties()) == made
+    assert image_manifest.new("b", "openstack", gpu=False, base="u", versions={}, at="t").gpu_virtualization is None
+
+
 def test_the_roles_filters_read_the_manifest_line(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "ansible/filter_plugins"))
     sys.modules.pop("deployer_image", None)
@@ -295,6 +311,12 @@ def test_a_gpu_bake_needs_enable_gpu_and_the_branch_it_has(monkeypatch):
         lifecycle.check_image(spec(enable_gpu=True, nvidia_driver_branch=580), None)
     lifecycle.check_image(spec(enable_gpu=True, nvidia_driver_branch=550), None)
     lifecycle.check_image(spec(enable_gpu=True), None)
+    # the flavor's word, as the preflight records it in the spec, against how the bake's GPU came
+    monkeypatch.setattr(images.GlanceImages, "lookup", lambda self, name: manifest(
+        name=name, provider="openstack", gpu=True, driver_branch=550, gpu_virtualization="pass-through"))
+    with pytest.raises(PreflightError, match="whole GPU's driver and flavor g1.large gives a vGPU"):
+        lifecycle.check_image(spec(enable_gpu=True, gpu_virtualization="vgpu"), None)
+    lifecycle.check_image(spec(enable_gpu=True, gpu_virtualization="passthrough"), None)
 
 
 def test_a_baked_image_replaces_openstack_image_for_the_nodes():
@@ -441,3 +463,24 @@ def test_the_seal_writes_the_manifest_where_the_common_role_reads_it(tmp_path):
     bad = image_build.manifest_script(m, str(tmp_path / "a-file" / "deployer" / "image.json"))
     failed = subprocess.run(["bash", "-c", bad + "echo sealed"], capture_output=True, text=True)
     assert failed.returncode == 1 and "sealed" not in failed.stdout
+
+
+def test_the_gpu_bake_plays_bake_no_cluster_settings_and_lose_nothing_to_end_host():
+    """The driver role leaves a node with meta: end_host, which ends the rest of its play on
+    that node: it is alone in its play (DCGM's tooling is the next one). Of dcgm_exporter
+    the bake takes the install part only: a baked unit would start on every node bound to
+    the builder's address."""
+    import yaml
+
+    plays = yaml.safe_load((ROOT / "ansible/bake.yml").read_text())
+
+    def roles(play: dict) -> list[dict]:
+        return [t["ansible.builtin.include_role"] for t in play.get("tasks", []) if "ansible.builtin.include_role" in t]
+
+    driver = [p for p in plays if any(r["name"] == "nvidia_driver" for r in roles(p))]
+    assert len(driver) == 1 and [r["name"] for r in roles(driver[0])] == ["nvidia_driver"]
+    dcgm = [r for p in plays for r in roles(p) if r["name"] == "dcgm_exporter"]
+    assert dcgm and all(r.get("tasks_from") == "install.yml" for r in dcgm)
+    install = (ROOT / "ansible/roles/dcgm_exporter/tasks/install.yml").read_text()
+    assert "dcgm-exporter.service" not in install and "private_ip" not in install and "listen_address" not in install
+    assert plays.index(driver[0]) < next(i for i, p in enumerate(plays) if any(r["name"] == "dcgm_exporter" for r in roles(p)))
