@@ -180,7 +180,10 @@ def check(spec: ClusterSpec, *, cluster_exists: bool = False, cluster_id: str | 
 
 def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, cluster_id: str | None,
            replacing: Collection[str] = ()) -> PreflightResult:
-    o = with_baked_image(spec)
+    # The spec's own settings: what the preflight fills in (admin_cidr, gpu_virtualization)
+    # is written into them, and tfvars reads them. Only the image is the bake's where one stands in.
+    o = spec.openstack
+    image_ref = with_baked_image(spec).image
     problems: list[str] = []
     warnings: list[str] = []
 
@@ -196,9 +199,7 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
     if o.admin_cidr is None:
         address = controller_address(conn)
         if address is not None and address.is_global:
-            # into the spec itself: `o` is a copy when a baked image stands in (with_baked_image),
-            # and tfvars reads the spec, not this copy
-            o.admin_cidr = spec.openstack.admin_cidr = ipaddress.IPv4Network(f"{address}/32")
+            o.admin_cidr = ipaddress.IPv4Network(f"{address}/32")
             admin_cidr_from = str(address)
         else:
             problems.append(
@@ -224,18 +225,18 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
         elif flavor.is_disabled:
             problems.append(f"flavor {o.flavor!r} is disabled; choose another openstack.flavor")
 
-    with cloud_errors(conn, f"looking up image {o.image!r}"):
-        image = find_image(conn, o.image)
+    with cloud_errors(conn, f"looking up image {image_ref!r}"):
+        image = find_image(conn, image_ref)
         if image is None:
-            problems.append(f"image {o.image!r} not found (by name or ID); set openstack.image to one from `openstack image list`")
+            problems.append(f"image {image_ref!r} not found (by name or ID); set openstack.image to one from `openstack image list`")
         elif (image.status or "active") != "active":
-            problems.append(f"image {o.image!r} is {image.status}, not active; choose another openstack.image")
+            problems.append(f"image {image_ref!r} is {image.status}, not active; choose another openstack.image")
         elif flavor is not None:
             min_disk = int(image.min_disk or 0)
             if o.root_volume_size:
                 if min_disk > o.root_volume_size:
                     problems.append(
-                        f"image {o.image!r} needs a {min_disk} GB root disk; set openstack.root_volume_size to {min_disk} or more"
+                        f"image {image_ref!r} needs a {min_disk} GB root disk; set openstack.root_volume_size to {min_disk} or more"
                     )
             elif not flavor.disk:
                 problems.append(
@@ -244,11 +245,11 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
                 )
             elif min_disk > flavor.disk:
                 problems.append(
-                    f"image {o.image!r} needs a {min_disk} GB root disk, flavor {o.flavor!r} has {flavor.disk} GB; "
+                    f"image {image_ref!r} needs a {min_disk} GB root disk, flavor {o.flavor!r} has {flavor.disk} GB; "
                     f"set openstack.root_volume_size: {max(min_disk, 50)} to boot from a volume, or choose a larger flavor"
                 )
             if image.min_ram and int(image.min_ram) > flavor.ram:
-                problems.append(f"image {o.image!r} needs {image.min_ram} MB RAM, flavor {o.flavor!r} has {flavor.ram} MB")
+                problems.append(f"image {image_ref!r} needs {image.min_ram} MB RAM, flavor {o.flavor!r} has {flavor.ram} MB")
 
     with cloud_errors(conn, f"looking up external network {o.external_network!r}"):
         ext = conn.network.find_network(o.external_network, ignore_missing=True)
@@ -387,7 +388,7 @@ def _check(conn: Any, project_id: str, spec: ClusterSpec, cluster_exists: bool, 
         # The flavor is the hypervisor's own word on how the GPUs come: recorded in the spec
         # for the driver role, which otherwise cannot tell a whole GPU from a vGPU before a driver.
         if o.gpu_virtualization == "auto":
-            o.gpu_virtualization = spec.openstack.gpu_virtualization = attached
+            o.gpu_virtualization = attached
         elif o.gpu_virtualization != attached:
             warnings.append(f"openstack.gpu_virtualization is {o.gpu_virtualization} but flavor {o.flavor!r} asks for "
                             f"{'a vGPU (resources:VGPU)' if attached == 'vgpu' else 'whole GPUs'}: the spec's word is taken")
