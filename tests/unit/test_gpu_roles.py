@@ -87,6 +87,20 @@ def test_pass_through_is_read_from_the_driver(tmp_path, bindir):
     assert r.returncode == 0 and "driver present (pass-through)" in r.stdout, r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("required", [False, True])
+def test_a_node_without_an_nvidia_device_is_left_or_stopped_where_one_is_required(tmp_path, bindir, required):
+    """A node whose flavor gave no GPU: left alone (site.yml); stopped where one is required
+    (ansible/bake.yml's --gpu bake, which would otherwise save a "GPU image" without a driver)."""
+    stand_in(bindir, "lspci", "pass")  # no NVIDIA device
+    inv = local_inventory(nvidia_driver_require_device=required)
+    r = run_playbook(tmp_path, DRIVER_PLAY, inv, "--check")
+    assert "Install the driver packages" not in r.stdout
+    if required:
+        assert r.returncode != 0 and "its flavor gave it no GPU; set openstack.flavor to a GPU flavor" in r.stdout, r.stdout
+    else:
+        assert r.returncode == 0 and "no driver installed" in r.stdout, r.stdout + r.stderr
+
+
 def test_a_vgpu_guest_without_a_driver_gets_none_installed(tmp_path, bindir):
     """The V100D-8C guest's PCI devices, with the flavor's word (resources:VGPU, recorded by
     the preflight as openstack.gpu_virtualization: vgpu)."""
