@@ -24,6 +24,8 @@ PROOF = ROOT / "tests" / "fixtures" / "gpu" / "proof-h200-2026-11-27"
 RAW = PROOF / "raw"
 # The same machine kind 10 minutes later, with the node_checks step (raw/health/) in the run itself
 RUN2 = ROOT / "tests" / "fixtures" / "gpu" / "proof-h200-2026-11-27-run2"
+# A later session's lent machine of the same kind (22:41 UTC), the proof as docs/gpu.md gives it
+RUN3 = ROOT / "tests" / "fixtures" / "gpu" / "proof-h200-2026-11-27-run3"
 
 
 def raw(name: str) -> str:
@@ -78,7 +80,7 @@ def test_resnet_on_the_h200_as_bench_reads_it():
     assert report.nvidia_reference("resnet50", "NVIDIA H200") is None  # NVIDIA published no H200 figure
 
 
-@pytest.mark.parametrize("proof", [PROOF, RUN2], ids=["run1", "run2-with-node-checks"])
+@pytest.mark.parametrize("proof", [PROOF, RUN2, RUN3], ids=["run1", "run2-with-node-checks", "run3"])
 def test_the_proof_replayed_without_a_gpu_reads_what_it_read_on_the_gpu(tmp_path, proof):
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_proof.py"), "--dry-run", "--no-benchmarks",
