@@ -44,7 +44,7 @@ from . import bake, machines
 from .conftest import USER, VMCluster, _why_not, site_play
 from .image import Image, ensure_image
 
-PLAYS = ("Shared storage", "NVIDIA driver")
+PLAYS = ("The shared dir over NFS", "Shared storage", "NVIDIA driver")
 INSTALLING_ACTIONS = ("apt", "package", "pip", "dpkg_selections")
 
 

@@ -37,7 +37,7 @@ def storage(vm_cluster: VMCluster) -> Storage:
     c = vm_cluster
     exports_dir = c.ssh(c.master, "test -e /etc/exports.d").returncode == 0
     blkid = c.ssh(c.master, f"sudo blkid -p {c.cluster.shared_device}").returncode
-    return Storage(exports_dir, blkid, c.play([site_play("Shared storage")], "storage"))
+    return Storage(exports_dir, blkid, c.play([site_play("The shared dir over NFS"), site_play("Shared storage")], "storage"))
 
 
 def test_the_master_exports_the_volume_and_the_worker_reads_through_nfs(vm_cluster: VMCluster, storage: Storage):
@@ -70,7 +70,7 @@ def test_the_master_exports_the_volume_and_the_worker_reads_through_nfs(vm_clust
 
 
 def test_the_storage_play_again_changes_nothing(vm_cluster: VMCluster, storage: Storage):
-    again = vm_cluster.play([site_play("Shared storage")], "storage-again")
+    again = vm_cluster.play([site_play("The shared dir over NFS"), site_play("Shared storage")], "storage-again")
     assert not again.failures, again.failures
     assert again.total_changed == 0, again.changed
 
