@@ -7,6 +7,7 @@ member would make (the colleague's shared network), which that member makes.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from .services import CATALOG, COMPUTE_HOST, COMPUTE_HOSTS, FLAVORS, IMAGE, compute_process
@@ -78,6 +79,16 @@ def populate(cloud: Cloud, launch: Launcher) -> None:
     wait_for("cinder-volume", lambda: any(s.binary == "cinder-volume" and s.state == "up"
                                           for s in conn.block_storage.services()), timeout=180,
              procs={n: cloud.pids[n] for n in ("cinder-volume", "cinder-scheduler")})
+    # A volume service that is up (its heartbeat) is not yet a place for a volume: the
+    # scheduler learns the backend's pool from the service's capabilities report, a periodic
+    # task of its own, and a volume asked for before that goes to `error` (no valid backend)
+    # once the scheduler's start-up wait (service_down_time) is over. Seen in CI under load:
+    # the first test's shared volume, 3 s after the cloud said it was ready. The pools the
+    # scheduler lists are what it places volumes on.
+    t = time.monotonic()
+    wait_for("the volume scheduler's backend pool", lambda: any(True for _ in conn.block_storage.backend_pools()),
+             timeout=180, procs={n: cloud.pids[n] for n in ("cinder-volume", "cinder-scheduler")})
+    log(f"the volume scheduler has a backend pool ({time.monotonic() - t:.0f} s after cinder-volume was up)")
 
     for name, f in FLAVORS.items():
         flavor = conn.compute.create_flavor(name=name, vcpus=f["vcpus"], ram=f["ram"], disk=f["disk"], is_public=True)

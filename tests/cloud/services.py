@@ -225,7 +225,10 @@ class Configs:
         return self.write("cinder.conf", {
             "DEFAULT": {**self.common("cinder"), "auth_strategy": "keystone", "api_paste_config": paste, "my_ip": "127.0.0.1",
                         "host": "testcloud-volume", "enabled_backends": "fake", "default_volume_type": "__DEFAULT__",
-                        "osapi_volume_workers": 1},
+                        "osapi_volume_workers": 1,
+                        # The capabilities report (what the scheduler places volumes by) right
+                        # after start, not after a random delay of up to a minute (catalog.py waits for it).
+                        "periodic_fuzzy_delay": 0},
             # plugins/deployer_testcloud/volume.py: the fake driver, each volume a sparse file
             "fake": {"volume_driver": "deployer_testcloud.volume.FileBackedFakeDriver", "volume_backend_name": "fake"},
             "database": {"connection": self.db("cinder")},
