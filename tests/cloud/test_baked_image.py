@@ -20,6 +20,8 @@ import time
 
 import pytest
 
+from tests.interrupt import sigint_as_from_a_shell
+
 from . import module_resources
 from .test_module_apply import MIRROR, Verb, _mirror_problem, cluster_id, nothing_left, write_spec
 
@@ -76,8 +78,7 @@ def test_ctrl_c_while_the_builder_is_made_leaves_nothing(own_project, deployer, 
     proc = subprocess.Popen([sys.executable, "-m", "deployer", "image", "build", "--provider", "openstack", "--no-setup",
                              "--image-name", name], cwd=tmp_path, text=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, bufsize=1,
-                            # As from a shell: Ctrl-C's SIGINT is not ignored in the child.
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=sigint_as_from_a_shell)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True).start()
     deadline = time.monotonic() + 600

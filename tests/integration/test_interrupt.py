@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from tests.interrupt import sigint_as_from_a_shell
+
 from .conftest import NAME
 
 pytestmark = pytest.mark.integration
@@ -28,8 +30,7 @@ def _start_up(cluster, *args: str) -> tuple[subprocess.Popen, list[str]]:
     """`deployer up` in the background; its stderr lines collected as they come."""
     proc = subprocess.Popen([sys.executable, "-m", "deployer", "up", *args], cwd=cluster.workdir, text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, bufsize=1,
-                            # As from a shell: Ctrl-C's SIGINT is not ignored in the child.
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=sigint_as_from_a_shell)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True).start()
     return proc, lines

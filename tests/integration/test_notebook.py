@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration import jupyter_browser as browser
+from tests.interrupt import sigint_as_from_a_shell
 
 REPO = Path(__file__).resolve().parents[2]
 ARTEFACTS = Path(os.environ.get("DEPLOYER_TEST_ARTEFACTS", REPO / "test-artefacts"))
@@ -49,7 +50,7 @@ def _read_json(proc: subprocess.Popen, timeout: float = 90) -> dict:
 @pytest.fixture(scope="module")
 def tunnel(local_cluster):
     proc = subprocess.Popen([sys.executable, "-m", "deployer", "notebook", "--json"], cwd=local_cluster.workdir,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_as_from_a_shell)
     try:
         yield _read_json(proc), proc
     finally:

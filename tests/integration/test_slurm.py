@@ -23,6 +23,7 @@ import pytest
 
 from tests import dashboard_checks as dashboard
 from tests.integration.conftest import cluster_up
+from tests.interrupt import sigint_as_from_a_shell
 
 NAME = "islurm"
 SUBNET = "10.81.0.0/24"
@@ -125,7 +126,8 @@ def test_a_queued_bench_says_what_it_waits_for_and_ctrl_c_cancels_it(slurm_clust
     blocker = on_master(slurm_cluster, f"sbatch --parsable -w {WORKER_1} --exclusive --wrap 'sleep 600' --output=/dev/null").strip()
     try:
         proc = subprocess.Popen([sys.executable, "-m", "deployer", "bench", "--via", "slurm", "--nodes", "2", *TINY],
-                                cwd=slurm_cluster.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                cwd=slurm_cluster.workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=sigint_as_from_a_shell)
         said = []
         deadline = time.monotonic() + 120
         for line in proc.stderr:  # the bench's progress lines
