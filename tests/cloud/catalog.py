@@ -76,9 +76,9 @@ def populate(cloud: Cloud, launch: Launcher) -> None:
     wait_for("every nova-compute's hypervisor", lambda: len(list(conn.compute.hypervisors())) >= len(COMPUTE_HOSTS),
              timeout=240, procs={n: cloud.pids[n] for n in (*computes, "nova-conductor", "nova-scheduler")})
     wait_for("the VGPU provider in placement", lambda: _vgpu_provider(conn), timeout=120)
+    cinder = {n: cloud.pids[n] for n in ("cinder-volume", "cinder-scheduler")}
     wait_for("cinder-volume", lambda: any(s.binary == "cinder-volume" and s.state == "up"
-                                          for s in conn.block_storage.services()), timeout=180,
-             procs={n: cloud.pids[n] for n in ("cinder-volume", "cinder-scheduler")})
+                                          for s in conn.block_storage.services()), timeout=180, procs=cinder)
     # A volume service that is up (its heartbeat) is not yet a place for a volume: the
     # scheduler learns the backend's pool from the service's capabilities report, a periodic
     # task of its own, and a volume asked for before that goes to `error` (no valid backend)
@@ -87,7 +87,7 @@ def populate(cloud: Cloud, launch: Launcher) -> None:
     # scheduler lists are what it places volumes on.
     t = time.monotonic()
     wait_for("the volume scheduler's backend pool", lambda: any(True for _ in conn.block_storage.backend_pools()),
-             timeout=180, procs={n: cloud.pids[n] for n in ("cinder-volume", "cinder-scheduler")})
+             timeout=180, procs=cinder)
     log(f"the volume scheduler has a backend pool ({time.monotonic() - t:.0f} s after cinder-volume was up)")
 
     for name, f in FLAVORS.items():
